@@ -1,0 +1,64 @@
+# Thin wrapper over CMake that gives README.md its two commands.
+#   make run   - install what is missing, build, run keylessd on its
+#                embedded default (dev PKI + demo keys in ./state)
+#   make test  - install what is missing, build, run every test (CTest)
+# More: make asan, make tsan, make fuzz, make format, make clean
+
+BUILD    ?= build
+JOBS     ?= $(shell nproc)
+CMAKE    ?= cmake
+CTEST_ARGS ?=
+FUZZ_SECONDS ?= 30
+
+.PHONY: all deps build run test asan tsan fuzz fuzz-build format format-check clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+run: build
+	@bash scripts/dev-run.sh $(BUILD)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+asan: deps
+	@$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug \
+	    -DKL_SANITIZE=address,undefined >/dev/null
+	@$(CMAKE) --build build-asan -j $(JOBS)
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# Threaded code under ThreadSanitizer (clang: gcc 12's TSan lacks some
+# interceptors OpenSSL needs).
+tsan: deps
+	@CC=clang $(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug \
+	    -DKL_SANITIZE=thread >/dev/null
+	@$(CMAKE) --build build-tsan -j $(JOBS)
+	@cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	    ctest --output-on-failure -j $(JOBS) -L integration $(CTEST_ARGS)
+
+fuzz-build: deps
+	@CC=clang $(CMAKE) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DKL_FUZZ=ON -DKL_TESTS=OFF -DKL_SANITIZE=address,undefined >/dev/null
+	@$(CMAKE) --build build-fuzz -j $(JOBS)
+
+# Runs every fuzz target for FUZZ_SECONDS each on its checked-in corpus.
+fuzz: fuzz-build
+	@bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+format-check:
+	@clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

@@ -1,0 +1,38 @@
+/* Executing one private-key operation (protocol P4) with OpenSSL's EVP API.
+ * Pure computation, thread-safe: callable from any worker thread. Contexts
+ * that can be cached per key per thread are cached (an EVP_PKEY_CTX per key
+ * per thread) and freed by kl_crypto_thread_cleanup(). */
+#ifndef KL_CRYPTO_OPS_H
+#define KL_CRYPTO_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keys/keystore.h"
+
+/* Largest output this key can produce for any opcode (RSA: modulus bytes,
+ * ECDSA: DER signature max, Ed25519: 64). */
+size_t kl_crypto_max_output(const kl_key *key);
+
+/* Runs opcode on payload with key. Returns KL_ERR_NONE and fills
+ * out/*out_len, or a P6 error code: KL_ERR_CRYPTO for a failed operation, a
+ * bad digest length, or an opcode that does not fit the key type;
+ * KL_ERR_BAD_OPCODE for an opcode that is not a key operation. */
+uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
+                       const uint8_t *payload, size_t plen, uint8_t *out,
+                       size_t outcap, size_t *out_len);
+
+/* The cost class of an operation with this key (architecture 2): fast (EC,
+ * Ed25519), slow (RSA, by size). */
+typedef enum kl_cost_class {
+    KL_COST_FAST = 0,
+    KL_COST_SLOW = 1,
+    KL_COST_CLASSES = 2,
+} kl_cost_class;
+
+kl_cost_class kl_crypto_cost_class(const kl_key *key);
+
+/* Frees this thread's cached contexts. Worker threads call it on exit. */
+void kl_crypto_thread_cleanup(void);
+
+#endif

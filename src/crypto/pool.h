@@ -1,0 +1,54 @@
+/* Worker pool executing crypto jobs by cost class (architecture 2): each
+ * class has its own bounded queue; workers prefer the fast class, and the slow
+ * class can never occupy every worker, so a burst of RSA-4096 cannot delay
+ * ECDSA behind it. Completion is reported through the job's callback on the
+ * worker thread; the callback hands the job back to its owner (e.g. through a
+ * shard's completion queue) and must not block. */
+#ifndef KL_CRYPTO_POOL_H
+#define KL_CRYPTO_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crypto/ops.h"
+
+typedef struct kl_job kl_job;
+typedef void (*kl_job_done_fn)(kl_job *job);
+
+struct kl_job {
+    kl_job *next;         /* owned by whoever holds the job */
+    const kl_key *key;
+    uint8_t opcode;
+    const uint8_t *in;
+    size_t in_len;
+    uint8_t *out;
+    size_t out_cap;
+    size_t out_len;       /* set by the pool */
+    uint8_t err;          /* P6 code, set by the pool */
+    uint64_t deadline_ns; /* monotonic; 0 = none. Past it: KL_ERR_INTERNAL
+                             without running the crypto (P6 shedding) */
+    uint64_t test_delay_us; /* test hook: sleep before executing */
+    kl_job_done_fn done;
+    void *owner;          /* free for the submitter */
+};
+
+typedef struct kl_pool kl_pool;
+
+typedef struct kl_pool_opts {
+    int workers;                       /* 0: number of CPUs */
+    size_t queue_limit[KL_COST_CLASSES]; /* 0: 65536 */
+} kl_pool_opts;
+
+kl_pool *kl_pool_new(const kl_pool_opts *opts);
+/* Stops the workers after the queued jobs ran (their done callbacks run). */
+void kl_pool_free(kl_pool *p);
+
+/* Queues a job in the key's cost class. KL_E_TOO_LARGE when that class's
+ * queue is full (the caller answers a fast error); the callback is not
+ * called then. */
+KL_WUR kl_status kl_pool_submit(kl_pool *p, kl_job *job);
+
+size_t kl_pool_queued(const kl_pool *p, kl_cost_class c);
+
+#endif

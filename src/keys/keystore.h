@@ -1,0 +1,84 @@
+/* The key store (architecture 3): private keys indexed by SKI (protocol P7)
+ * in a hash map, loaded from directories and files.
+ * Key material lives only here and in src/crypto. */
+#ifndef KL_KEYS_KEYSTORE_H
+#define KL_KEYS_KEYSTORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <openssl/evp.h>
+
+#include "core/status.h"
+#include "keyless/protocol.h"
+
+typedef enum kl_key_type {
+    KL_KEY_RSA = 1,
+    KL_KEY_EC = 2,
+    KL_KEY_ED25519 = 3,
+} kl_key_type;
+
+typedef struct kl_key kl_key;
+typedef struct kl_keystore kl_keystore;
+
+/* Where a load problem is reported: one line per problem, naming the file
+ * and the reason. */
+typedef void (*kl_keystore_report_fn)(void *arg, int level, const char *path,
+                                      const char *msg);
+
+typedef struct kl_keystore_opts {
+    bool allow_group_readable; /* accept key files readable by group/others */
+    bool check_mode;           /* --check: also warn about x.key.bak etc. */
+    kl_keystore_report_fn report; /* NULL: log through core/log */
+    void *report_arg;
+} kl_keystore_opts;
+
+kl_keystore *kl_keystore_new(const kl_keystore_opts *opts);
+/* Frees every key, wiping key material. */
+void kl_keystore_free(kl_keystore *ks);
+
+/* Loads every file whose name ends in ".key" below dir (recursively).
+ * Stops at the first key that fails (startup rule: a bad key stops the
+ * server), reporting its path and the reason. */
+KL_WUR kl_status kl_keystore_add_dir(kl_keystore *ks, const char *dir);
+/* Loads one key file (PEM or DER; PKCS#1, SEC1, PKCS#8; RSA 1024-8192,
+ * EC P-224/256/384/521, Ed25519). Encrypted PEM is refused. A duplicate SKI
+ * is reported (warning) and the first key kept. */
+KL_WUR kl_status kl_keystore_add_file(kl_keystore *ks, const char *path);
+/* Adds an already decoded key (takes a reference on pkey). */
+KL_WUR kl_status kl_keystore_add_pkey(kl_keystore *ks, EVP_PKEY *pkey,
+                                      const char *label);
+
+/* O(1) lookup. NULL when no key has this SKI. */
+const kl_key *kl_keystore_find(const kl_keystore *ks,
+                               const uint8_t ski[KL_SKI_LEN]);
+size_t kl_keystore_count(const kl_keystore *ks);
+/* Calls fn for every key, in load order. */
+void kl_keystore_foreach(const kl_keystore *ks,
+                         void (*fn)(void *arg, const kl_key *key), void *arg);
+
+kl_key_type kl_key_get_type(const kl_key *k);
+int kl_key_bits(const kl_key *k);
+/* EC curve NID (NID_X9_62_prime256v1, ...) or 0. */
+int kl_key_curve(const kl_key *k);
+const uint8_t *kl_key_ski(const kl_key *k);
+/* The file the key came from (or the label given). */
+const char *kl_key_path(const kl_key *k);
+/* A small stable number per key within its store, 0..count-1 (for
+ * per-thread caches indexed by key). */
+size_t kl_key_index(const kl_key *k);
+/* "RSA-2048", "ECDSA-P-256", "Ed25519". */
+const char *kl_key_desc(const kl_key *k, char *buf, size_t len);
+/* For src/crypto only: the private key. */
+EVP_PKEY *kl_key_pkey(const kl_key *k);
+
+/* SKI per protocol P7: SHA-1 over the subjectPublicKey BIT STRING contents. */
+KL_WUR kl_status kl_ski_from_pkey(EVP_PKEY *pkey, uint8_t out[KL_SKI_LEN]);
+
+/* Lower-case hex of an SKI into out (41 bytes). */
+void kl_ski_hex(const uint8_t ski[KL_SKI_LEN], char out[2 * KL_SKI_LEN + 1]);
+/* Parses 40 hex digits (either case, optional ':' separators). */
+KL_WUR kl_status kl_ski_parse(const char *hex, uint8_t out[KL_SKI_LEN]);
+
+#endif

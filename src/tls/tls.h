@@ -1,0 +1,77 @@
+/* All of OpenSSL's SSL_* API lives behind this interface (style.md 9):
+ * context building for the server and the client, and non-blocking (or
+ * blocking) record I/O on a socket with one translation of SSL_get_error.
+ * Nothing outside src/tls calls SSL_*. */
+#ifndef KL_TLS_TLS_H
+#define KL_TLS_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/status.h"
+
+typedef struct kl_tls_ctx kl_tls_ctx;
+typedef struct kl_tls_conn kl_tls_conn;
+
+typedef struct kl_tls_opts {
+    const char *cert_file; /* PEM chain: own certificate first */
+    const char *key_file;  /* PEM private key for cert_file */
+    const char *ca_file;   /* PEM CA(s) that peer certificates must chain to;
+                              the system store is never used (P1) */
+    bool disable_tls13;    /* server: offer TLS 1.2 only */
+    bool tls12_only;       /* client: negotiate TLS 1.2 (compat tests) */
+} kl_tls_opts;
+
+/* A server context per protocol P1: TLS 1.2 with exactly
+ * ECDHE-ECDSA-AES256-GCM-SHA384 and ECDHE-RSA-AES256-GCM-SHA384, plus TLS 1.3
+ * unless disabled; client certificates required, verified against ca_file
+ * only, with clientAuth usage (or no EKU). On failure returns NULL and writes
+ * a message naming the file and the problem into err. */
+kl_tls_ctx *kl_tls_server_ctx_new(const kl_tls_opts *o, char *err,
+                                  size_t errlen);
+
+/* A client context: presents cert/key, verifies the server against ca_file
+ * (serverAuth). */
+kl_tls_ctx *kl_tls_client_ctx_new(const kl_tls_opts *o, char *err,
+                                  size_t errlen);
+
+void kl_tls_ctx_free(kl_tls_ctx *ctx);
+
+/* Results of I/O on a connection. */
+typedef enum kl_io {
+    KL_IO_OK = 0,
+    KL_IO_WANT_READ,  /* wait until the socket is readable, then retry */
+    KL_IO_WANT_WRITE, /* wait until the socket is writable, then retry */
+    KL_IO_EOF,        /* orderly close by the peer */
+    KL_IO_ERROR,      /* anything else: close the connection */
+} kl_io;
+
+/* Wraps a connected socket. server_name: SNI and the name to verify on
+ * the client side (may be NULL on the server side; a numeric IP is checked
+ * against IP SANs). The fd stays owned by the caller. */
+kl_tls_conn *kl_tls_conn_new(kl_tls_ctx *ctx, int fd, bool is_server,
+                             const char *server_name);
+void kl_tls_conn_free(kl_tls_conn *c);
+
+kl_io kl_tls_handshake(kl_tls_conn *c);
+/* Reads up to cap bytes of application data; *n is set on KL_IO_OK. */
+kl_io kl_tls_read(kl_tls_conn *c, void *buf, size_t cap, size_t *n);
+/* Writes len bytes (partial writes allowed: *n tells how many were taken).
+ * After WANT_*, retry with the same or a longer buffer starting at the same
+ * unsent byte (the buffer may move). */
+kl_io kl_tls_write(kl_tls_conn *c, const void *buf, size_t len, size_t *n);
+/* Bytes already decrypted and buffered inside the TLS layer. */
+size_t kl_tls_pending(const kl_tls_conn *c);
+/* Sends close_notify (best effort, never blocks long). */
+void kl_tls_shutdown(kl_tls_conn *c);
+
+/* After a failure: a one-line description (OpenSSL's reason, a
+ * verification error, ...). Never NULL. */
+const char *kl_tls_last_error(const kl_tls_conn *c);
+/* The peer certificate's subject CN (or "" when none). */
+const char *kl_tls_peer_name(const kl_tls_conn *c);
+/* "TLSv1.2" / "TLSv1.3" and the cipher name, after the handshake. */
+const char *kl_tls_version(const kl_tls_conn *c);
+const char *kl_tls_cipher(const kl_tls_conn *c);
+
+#endif
