@@ -62,6 +62,9 @@ kl_io kl_tls_read(kl_tls_conn *c, void *buf, size_t cap, size_t *n);
 kl_io kl_tls_write(kl_tls_conn *c, const void *buf, size_t len, size_t *n);
 /* Bytes already decrypted and buffered inside the TLS layer. */
 size_t kl_tls_pending(const kl_tls_conn *c);
+/* True once any byte arrived from the peer: a connection closed before
+ * that is a load-balancer health check, logged at debug only (P1). */
+bool kl_tls_handshake_started(const kl_tls_conn *c);
 /* Sends close_notify (best effort, never blocks long). */
 void kl_tls_shutdown(kl_tls_conn *c);
 

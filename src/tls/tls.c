@@ -1,0 +1,395 @@
+/* The only file that calls SSL_* (style.md 9): context building for the
+ * key server and its clients, and one translation of SSL_get_error. */
+#include "tls/tls.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+struct kl_tls_ctx {
+    SSL_CTX *ssl_ctx;
+    bool is_server;
+};
+
+struct kl_tls_conn {
+    SSL *ssl;
+    char err[256];
+    char peer[128];
+};
+
+/* Protocol P1: the compatibility profile the reference server offers. */
+static const char tls12_ciphers[] =
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384";
+
+/* Appends OpenSSL's queued reasons to buf (and empties the queue, which is
+ * per thread: stale entries would confuse the next SSL_get_error). */
+static void drain_errors(char *buf, size_t len)
+{
+    unsigned long e;
+    size_t n = strlen(buf);
+    while ((e = ERR_get_error()) != 0) {
+        char one[160];
+        ERR_error_string_n(e, one, sizeof one);
+        /* keep only the reason: after the last ':' of the long form */
+        const char *reason = ERR_reason_error_string(e);
+        if (n < len)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "; " : "",
+                                  reason ? reason : one);
+    }
+    if (n >= len && len > 0)
+        buf[len - 1] = 0;
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, const char *a,
+                   const char *b)
+{
+    if (!err || !errlen)
+        return;
+    snprintf(err, errlen, fmt, a, b ? b : "");
+    char reasons[256] = "";
+    drain_errors(reasons, sizeof reasons);
+    if (reasons[0]) {
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n, " (%s)", reasons);
+    }
+}
+
+/* Counts the certificates in a PEM file; -1 when it cannot be read. */
+static int count_pem_certs(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int n = 0;
+    X509 *x;
+    while ((x = PEM_read_X509(f, NULL, NULL, NULL)) != NULL) {
+        X509_free(x);
+        n++;
+    }
+    fclose(f);
+    ERR_clear_error(); /* the loop ends on a "no start line" error */
+    return n;
+}
+
+static bool load_ca(SSL_CTX *ctx, const char *ca_file, bool is_server,
+                    char *err, size_t errlen)
+{
+    int n = count_pem_certs(ca_file);
+    if (n < 0) {
+        seterr(err, errlen, "CA file %s: cannot open: %s", ca_file,
+               strerror(errno));
+        return false;
+    }
+    if (n == 0) {
+        seterr(err, errlen,
+               "CA file %s holds no PEM certificate (expected the CA that "
+               "signs %s certificates)",
+               ca_file, is_server ? "client" : "server");
+        return false;
+    }
+    /* Only this file: the system store is never consulted (P1). */
+    if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
+        seterr(err, errlen, "CA file %s: cannot load%s", ca_file, NULL);
+        return false;
+    }
+    if (is_server) {
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca_file);
+        if (names)
+            SSL_CTX_set_client_CA_list(ctx, names);
+    }
+    return true;
+}
+
+static bool load_identity(SSL_CTX *ctx, const kl_tls_opts *o, char *err,
+                          size_t errlen)
+{
+    if (SSL_CTX_use_certificate_chain_file(ctx, o->cert_file) != 1) {
+        seterr(err, errlen,
+               "certificate %s: cannot load a PEM certificate chain%s",
+               o->cert_file, NULL);
+        return false;
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, o->key_file, SSL_FILETYPE_PEM) != 1) {
+        seterr(err, errlen, "private key %s: cannot load a PEM private key%s",
+               o->key_file, NULL);
+        return false;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        seterr(err, errlen,
+               "certificate %s does not match private key %s: use the key "
+               "the certificate was issued for",
+               o->cert_file, o->key_file);
+        return false;
+    }
+    return true;
+}
+
+static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
+                           size_t errlen)
+{
+    ERR_clear_error();
+    SSL_CTX *ctx = SSL_CTX_new(is_server ? TLS_server_method()
+                                         : TLS_client_method());
+    if (!ctx) {
+        seterr(err, errlen, "cannot create a TLS context%s%s", "", NULL);
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    bool only12 = is_server ? o->disable_tls13 : o->tls12_only;
+    SSL_CTX_set_max_proto_version(ctx, only12 ? TLS1_2_VERSION : 0);
+    if (SSL_CTX_set_cipher_list(ctx, tls12_ciphers) != 1)
+        goto fail_generic;
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION |
+                                 SSL_OP_IGNORE_UNEXPECTED_EOF |
+                                 SSL_OP_NO_COMPRESSION);
+    /* Partial writes let the event loop keep the unsent tail in its own
+     * buffer, which may move when it grows; released buffers keep idle
+     * connections small. */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                              SSL_MODE_RELEASE_BUFFERS);
+
+    if (o->cert_file || o->key_file) {
+        if (!o->cert_file || !o->key_file) {
+            seterr(err, errlen, "a certificate needs its key: %s%s",
+                   o->cert_file ? "key file missing" : "certificate missing",
+                   NULL);
+            goto fail;
+        }
+        if (!load_identity(ctx, o, err, errlen))
+            goto fail;
+    } else if (is_server) {
+        seterr(err, errlen, "the server needs a certificate and key%s%s", "",
+               NULL);
+        goto fail;
+    }
+
+    if (o->ca_file) {
+        if (!load_ca(ctx, o->ca_file, is_server, err, errlen))
+            goto fail;
+    } else if (is_server) {
+        seterr(err, errlen,
+               "the server needs a CA file to verify client certificates%s%s",
+               "", NULL);
+        goto fail;
+    }
+
+    if (is_server) {
+        /* P1: a client certificate is required, chained to the configured
+         * CA, with clientAuth usage (or no EKU). */
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+                           NULL);
+        SSL_CTX_set_purpose(ctx, X509_PURPOSE_SSL_CLIENT);
+        SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
+        static const unsigned char sid_ctx[] = "keylessd";
+        SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof sid_ctx - 1);
+    } else if (o->ca_file) {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        SSL_CTX_set_purpose(ctx, X509_PURPOSE_SSL_SERVER);
+    }
+
+    kl_tls_ctx *t = calloc(1, sizeof *t);
+    if (!t)
+        goto fail_generic;
+    t->ssl_ctx = ctx;
+    t->is_server = is_server;
+    return t;
+
+fail_generic:
+    seterr(err, errlen, "cannot configure the TLS context%s%s", "", NULL);
+fail:
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
+kl_tls_ctx *kl_tls_server_ctx_new(const kl_tls_opts *o, char *err,
+                                  size_t errlen)
+{
+    return ctx_new(o, true, err, errlen);
+}
+
+kl_tls_ctx *kl_tls_client_ctx_new(const kl_tls_opts *o, char *err,
+                                  size_t errlen)
+{
+    return ctx_new(o, false, err, errlen);
+}
+
+void kl_tls_ctx_free(kl_tls_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    SSL_CTX_free(ctx->ssl_ctx);
+    free(ctx);
+}
+
+static bool is_ip_literal(const char *name)
+{
+    unsigned char buf[16];
+    return inet_pton(AF_INET, name, buf) == 1 ||
+           inet_pton(AF_INET6, name, buf) == 1;
+}
+
+kl_tls_conn *kl_tls_conn_new(kl_tls_ctx *ctx, int fd, bool is_server,
+                             const char *server_name)
+{
+    kl_tls_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->ssl = SSL_new(ctx->ssl_ctx);
+    if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) {
+        SSL_free(c->ssl);
+        free(c);
+        ERR_clear_error();
+        return NULL;
+    }
+    if (is_server) {
+        SSL_set_accept_state(c->ssl);
+    } else {
+        SSL_set_connect_state(c->ssl);
+        if (server_name && *server_name) {
+            if (is_ip_literal(server_name)) {
+                X509_VERIFY_PARAM *vp = SSL_get0_param(c->ssl);
+                X509_VERIFY_PARAM_set1_ip_asc(vp, server_name);
+            } else {
+                SSL_set_tlsext_host_name(c->ssl, server_name);
+                SSL_set1_host(c->ssl, server_name);
+            }
+        }
+    }
+    return c;
+}
+
+void kl_tls_conn_free(kl_tls_conn *c)
+{
+    if (!c)
+        return;
+    SSL_free(c->ssl);
+    free(c);
+}
+
+/* The single translation of SSL_get_error (style.md 9). */
+static kl_io translate(kl_tls_conn *c, int ret)
+{
+    int e = SSL_get_error(c->ssl, ret);
+    switch (e) {
+    case SSL_ERROR_WANT_READ:
+        return KL_IO_WANT_READ;
+    case SSL_ERROR_WANT_WRITE:
+        return KL_IO_WANT_WRITE;
+    case SSL_ERROR_ZERO_RETURN:
+        ERR_clear_error();
+        return KL_IO_EOF;
+    case SSL_ERROR_SYSCALL:
+        if (ERR_peek_error() == 0) {
+            if (errno == 0 || errno == ECONNRESET || errno == EPIPE) {
+                snprintf(c->err, sizeof c->err, "%s",
+                         errno ? strerror(errno) : "connection closed");
+                return errno == 0 ? KL_IO_EOF : KL_IO_ERROR;
+            }
+            snprintf(c->err, sizeof c->err, "%s", strerror(errno));
+            return KL_IO_ERROR;
+        }
+        /* OpenSSL queued a reason */
+        __attribute__((fallthrough));
+    default: {
+        c->err[0] = 0;
+        long vr = SSL_get_verify_result(c->ssl);
+        if (vr != X509_V_OK)
+            snprintf(c->err, sizeof c->err, "certificate verify failed: %s; ",
+                     X509_verify_cert_error_string(vr));
+        drain_errors(c->err, sizeof c->err);
+        if (!c->err[0])
+            snprintf(c->err, sizeof c->err, "TLS error %d", e);
+        return KL_IO_ERROR;
+    }
+    }
+}
+
+kl_io kl_tls_handshake(kl_tls_conn *c)
+{
+    errno = 0;
+    int r = SSL_do_handshake(c->ssl);
+    if (r == 1)
+        return KL_IO_OK;
+    return translate(c, r);
+}
+
+kl_io kl_tls_read(kl_tls_conn *c, void *buf, size_t cap, size_t *n)
+{
+    errno = 0;
+    *n = 0;
+    if (SSL_read_ex(c->ssl, buf, cap, n) == 1)
+        return KL_IO_OK;
+    return translate(c, 0);
+}
+
+kl_io kl_tls_write(kl_tls_conn *c, const void *buf, size_t len, size_t *n)
+{
+    errno = 0;
+    *n = 0;
+    if (len == 0)
+        return KL_IO_OK;
+    if (SSL_write_ex(c->ssl, buf, len, n) == 1)
+        return KL_IO_OK;
+    return translate(c, 0);
+}
+
+size_t kl_tls_pending(const kl_tls_conn *c)
+{
+    int p = SSL_pending(c->ssl);
+    return p > 0 ? (size_t)p : 0;
+}
+
+void kl_tls_shutdown(kl_tls_conn *c)
+{
+    if (!c || !c->ssl)
+        return;
+    /* One attempt: sends close_notify if the socket takes it; never waits
+     * for the peer's. */
+    if (SSL_is_init_finished(c->ssl))
+        (void)SSL_shutdown(c->ssl);
+    ERR_clear_error();
+}
+
+bool kl_tls_handshake_started(const kl_tls_conn *c)
+{
+    BIO *rb = SSL_get_rbio(c->ssl);
+    return rb && BIO_number_read(rb) > 0;
+}
+
+const char *kl_tls_last_error(const kl_tls_conn *c)
+{
+    return c->err[0] ? c->err : "unknown TLS error";
+}
+
+const char *kl_tls_peer_name(const kl_tls_conn *c)
+{
+    kl_tls_conn *m = (kl_tls_conn *)c;
+    if (m->peer[0])
+        return m->peer;
+    X509 *x = SSL_get0_peer_certificate(c->ssl);
+    if (!x)
+        return "";
+    X509_NAME *subj = X509_get_subject_name(x);
+    if (X509_NAME_get_text_by_NID(subj, NID_commonName, m->peer,
+                                  sizeof m->peer) < 0)
+        m->peer[0] = 0;
+    return m->peer;
+}
+
+const char *kl_tls_version(const kl_tls_conn *c)
+{
+    return SSL_get_version(c->ssl);
+}
+
+const char *kl_tls_cipher(const kl_tls_conn *c)
+{
+    return SSL_get_cipher_name(c->ssl);
+}
