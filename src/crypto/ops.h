@@ -14,9 +14,9 @@
  * ECDSA: DER signature max, Ed25519: 64). */
 size_t kl_crypto_max_output(const kl_key *key);
 
-/* Runs opcode on payload with key. Returns KL_ERR_NONE and fills
- * out/*out_len, or a P6 error code: KL_ERR_CRYPTO for a failed operation, a
- * bad digest length, or an opcode that does not fit the key type;
+/* Runs opcode on payload with key. Returns KL_ERR_NONE and fills out and
+ * *out_len, or a P6 error code: KL_ERR_CRYPTO for a failed operation, a bad
+ * digest length, or an opcode that does not fit the key type;
  * KL_ERR_BAD_OPCODE for an opcode that is not a key operation. */
 uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
                        const uint8_t *payload, size_t plen, uint8_t *out,

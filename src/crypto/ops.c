@@ -1,0 +1,251 @@
+/* Executing one private-key operation (protocol P4) with OpenSSL's EVP API.
+ * Opcode constants come straight from keyless/protocol.h so this file
+ * needs nothing from src/proto. */
+#include <string.h>
+
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/rsa.h>
+
+#include "crypto/ctx_cache.h"
+#include "crypto/ops.h"
+
+typedef enum op_family {
+    FAM_NONE = 0,
+    FAM_RSA_DECRYPT,
+    FAM_RSA_PKCS1,
+    FAM_RSA_PSS,
+    FAM_ECDSA,
+    FAM_ED25519,
+} op_family;
+
+typedef struct op_spec {
+    op_family fam;
+    const char *md; /* signature digest (OpenSSL name), or NULL */
+    size_t dlen;    /* exact input length, or 0 = any */
+} op_spec;
+
+/* protocol P4 */
+static op_spec spec_of(uint8_t op)
+{
+    switch (op) {
+    case KL_OP_RSA_DECRYPT: return (op_spec){FAM_RSA_DECRYPT, NULL, 0};
+    /* MD5-SHA1 as the signature digest makes OpenSSL sign the 36 bytes
+     * with PKCS#1 v1.5 type-1 padding and no DigestInfo (TLS 1.0/1.1). */
+    case KL_OP_RSA_SIGN_MD5SHA1:
+        return (op_spec){FAM_RSA_PKCS1, "MD5-SHA1", 36};
+    case KL_OP_RSA_SIGN_SHA1: return (op_spec){FAM_RSA_PKCS1, "SHA1", 20};
+    case KL_OP_RSA_SIGN_SHA224: return (op_spec){FAM_RSA_PKCS1, "SHA224", 28};
+    case KL_OP_RSA_SIGN_SHA256: return (op_spec){FAM_RSA_PKCS1, "SHA256", 32};
+    case KL_OP_RSA_SIGN_SHA384: return (op_spec){FAM_RSA_PKCS1, "SHA384", 48};
+    case KL_OP_RSA_SIGN_SHA512: return (op_spec){FAM_RSA_PKCS1, "SHA512", 64};
+    /* ECDSA signs whatever digest it is given, truncated to the order:
+     * no signature digest is set, so any length is accepted. */
+    case KL_OP_ECDSA_SIGN_MD5SHA1:
+    case KL_OP_ECDSA_SIGN_SHA1:
+    case KL_OP_ECDSA_SIGN_SHA224:
+    case KL_OP_ECDSA_SIGN_SHA256:
+    case KL_OP_ECDSA_SIGN_SHA384:
+    case KL_OP_ECDSA_SIGN_SHA512: return (op_spec){FAM_ECDSA, NULL, 0};
+    case KL_OP_ED25519_SIGN: return (op_spec){FAM_ED25519, NULL, 0};
+    case KL_OP_RSA_PSS_SIGN_SHA256: return (op_spec){FAM_RSA_PSS, "SHA256", 32};
+    case KL_OP_RSA_PSS_SIGN_SHA384: return (op_spec){FAM_RSA_PSS, "SHA384", 48};
+    case KL_OP_RSA_PSS_SIGN_SHA512: return (op_spec){FAM_RSA_PSS, "SHA512", 64};
+    default: return (op_spec){FAM_NONE, NULL, 0};
+    }
+}
+
+static kl_key_type key_type_for(op_family f)
+{
+    switch (f) {
+    case FAM_ECDSA: return KL_KEY_EC;
+    case FAM_ED25519: return KL_KEY_ED25519;
+    default: return KL_KEY_RSA;
+    }
+}
+
+size_t kl_crypto_max_output(const kl_key *key)
+{
+    /* RSA: modulus bytes; EC: the largest DER ECDSA-Sig-Value; Ed25519: 64 */
+    int n = EVP_PKEY_get_size(kl_key_pkey(key));
+    return n > 0 ? (size_t)n : 0;
+}
+
+kl_cost_class kl_crypto_cost_class(const kl_key *key)
+{
+    /* ECDSA P-256 ~20 us, Ed25519 less; RSA-2048 ~260 us and up
+     * (architecture 2) */
+    return key && kl_key_get_type(key) == KL_KEY_RSA ? KL_COST_SLOW
+                                                     : KL_COST_FAST;
+}
+
+void kl_crypto_thread_cleanup(void)
+{
+    kl_ctx_cache_thread_free();
+}
+
+/* ---- context setup (on a cache miss) ------------------------------------ */
+
+static int setup_rsa_decrypt(kl_ctx_entry *e)
+{
+    BIGNUM *n = NULL;
+    int k = EVP_PKEY_get_size(e->pkey);
+    if (k < 11 || !EVP_PKEY_get_bn_param(e->pkey, OSSL_PKEY_PARAM_RSA_N, &n))
+        return 0;
+    e->k = (size_t)k;
+    e->modulus = OPENSSL_malloc(e->k);
+    int ok = e->modulus && BN_bn2binpad(n, e->modulus, k) == k;
+    BN_free(n);
+    return ok && EVP_PKEY_decrypt_init(e->pctx) == 1 &&
+           EVP_PKEY_CTX_set_rsa_padding(e->pctx, RSA_NO_PADDING) == 1;
+}
+
+static int setup(kl_ctx_entry *e)
+{
+    op_spec sp = spec_of(e->opcode);
+    if (sp.fam == FAM_ED25519) {
+        e->mctx = EVP_MD_CTX_new();
+        return e->mctx && EVP_DigestSignInit_ex(e->mctx, NULL, NULL, NULL, NULL,
+                                                e->pkey, NULL) == 1;
+    }
+    e->pctx = EVP_PKEY_CTX_new_from_pkey(NULL, e->pkey, NULL);
+    if (!e->pctx)
+        return 0;
+    if (sp.fam == FAM_RSA_DECRYPT)
+        return setup_rsa_decrypt(e);
+    if (EVP_PKEY_sign_init(e->pctx) != 1)
+        return 0;
+    if (sp.fam == FAM_ECDSA)
+        return 1;
+    const EVP_MD *md = EVP_get_digestbyname(sp.md);
+    if (!md || EVP_PKEY_CTX_set_signature_md(e->pctx, md) != 1)
+        return 0;
+    if (sp.fam == FAM_RSA_PKCS1)
+        return EVP_PKEY_CTX_set_rsa_padding(e->pctx, RSA_PKCS1_PADDING) == 1;
+    /* PSS: MGF1 with the same hash, salt length = hash length */
+    return EVP_PKEY_CTX_set_rsa_padding(e->pctx, RSA_PKCS1_PSS_PADDING) == 1 &&
+           EVP_PKEY_CTX_set_rsa_mgf1_md(e->pctx, md) == 1 &&
+           EVP_PKEY_CTX_set_rsa_pss_saltlen(e->pctx, RSA_PSS_SALTLEN_DIGEST) ==
+               1;
+}
+
+/* ---- RSA decrypt -------------------------------------------------------- */
+
+/* -1, 0, 1 as a <, ==, > b (k big-endian bytes each), without branching on
+ * the data. */
+static int compare_be(const uint8_t *a, const uint8_t *b, size_t k)
+{
+    unsigned gt = 0, lt = 0;
+    for (size_t i = 0; i < k; i++) {
+        unsigned x = a[i], y = b[i];
+        unsigned open = 1u ^ (gt | lt);
+        gt |= open & ((y - x) >> 8 & 1u);
+        lt |= open & ((x - y) >> 8 & 1u);
+    }
+    return (int)gt - (int)lt;
+}
+
+/* protocol P4: the raw m = c^d mod n, left-padded to k; leading zero bytes
+ * in c are allowed, c > n is a crypto error and c == n gives zeros (as the
+ * reference does; OpenSSL itself refuses c >= n). */
+static uint8_t rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
+                           uint8_t *out, size_t outcap, size_t *out_len)
+{
+    size_t k = e->k;
+    while (inlen > 0 && in[0] == 0) {
+        in++;
+        inlen--;
+    }
+    if (inlen > k)
+        return KL_ERR_CRYPTO;
+    if (outcap < k)
+        return KL_ERR_INTERNAL;
+    uint8_t *c = OPENSSL_zalloc(k);
+    if (!c)
+        return KL_ERR_INTERNAL;
+    if (inlen)
+        memcpy(c + (k - inlen), in, inlen);
+    uint8_t err = KL_ERR_NONE;
+    int cmp = compare_be(c, e->modulus, k);
+    if (cmp > 0) {
+        err = KL_ERR_CRYPTO;
+    } else if (cmp == 0) {
+        memset(out, 0, k);
+        *out_len = k;
+    } else {
+        size_t n = outcap;
+        if (EVP_PKEY_decrypt(e->pctx, out, &n, c, k) != 1 || n != k) {
+            kl_ctx_cache_drop(e);
+            err = KL_ERR_CRYPTO;
+        } else {
+            *out_len = k;
+        }
+    }
+    OPENSSL_free(c); /* ciphertext: public */
+    return err;
+}
+
+/* ---- entry point -------------------------------------------------------- */
+
+static uint8_t sign(kl_ctx_entry *e, op_family fam, const uint8_t *in,
+                    size_t inlen, uint8_t *out, size_t outcap, size_t *out_len)
+{
+    size_t n = outcap;
+    int ok;
+    if (fam == FAM_ED25519) {
+        ok = EVP_DigestSign(e->mctx, out, &n, in, inlen) == 1;
+        if (!ok) {
+            /* newer OpenSSL may refuse a second one-shot on the same
+             * context: set it up again once */
+            ERR_clear_error();
+            ok = EVP_DigestSignInit_ex(e->mctx, NULL, NULL, NULL, NULL, e->pkey,
+                                       NULL) == 1 &&
+                 (n = outcap, EVP_DigestSign(e->mctx, out, &n, in, inlen)) == 1;
+        }
+    } else {
+        ok = EVP_PKEY_sign(e->pctx, out, &n, in, inlen) == 1;
+    }
+    if (!ok) {
+        kl_ctx_cache_drop(e);
+        return KL_ERR_CRYPTO;
+    }
+    *out_len = n;
+    return KL_ERR_NONE;
+}
+
+uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
+                       const uint8_t *payload, size_t plen, uint8_t *out,
+                       size_t outcap, size_t *out_len)
+{
+    *out_len = 0;
+    op_spec sp = spec_of(opcode);
+    if (sp.fam == FAM_NONE)
+        return KL_ERR_BAD_OPCODE;
+    if (!key)
+        return KL_ERR_INTERNAL;
+    /* protocol P4: the opcode must fit the key type */
+    if (kl_key_get_type(key) != key_type_for(sp.fam))
+        return KL_ERR_CRYPTO;
+    if (sp.dlen && plen != sp.dlen)
+        return KL_ERR_CRYPTO; /* an RSA or PSS digest of the wrong length */
+    if (outcap < kl_crypto_max_output(key))
+        return KL_ERR_INTERNAL;
+
+    EVP_PKEY *pkey = kl_key_pkey(key);
+    kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, setup);
+    uint8_t err;
+    if (!e)
+        err = sp.fam == FAM_RSA_DECRYPT && EVP_PKEY_get_size(pkey) < 11
+                  ? KL_ERR_CRYPTO /* P4: modulus under 11 bytes */
+                  : KL_ERR_INTERNAL;
+    else if (sp.fam == FAM_RSA_DECRYPT)
+        err = rsa_decrypt(e, payload, plen, out, outcap, out_len);
+    else
+        err = sign(e, sp.fam, payload, plen, out, outcap, out_len);
+    /* failures leave reasons on this thread's queue; never let them pile
+     * up or leak into an unrelated caller's error check */
+    ERR_clear_error();
+    return err;
+}

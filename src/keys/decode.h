@@ -1,0 +1,87 @@
+/* Private to src/keys: turning the bytes of one key file into a checked
+ * EVP_PKEY. The loader and the fuzz target (fuzz/fuzz_keyfile.c) share this
+ * one path, so what the fuzzer hammers is what keylessd runs. */
+#ifndef KL_KEYS_DECODE_H
+#define KL_KEYS_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <openssl/evp.h>
+
+#include "core/status.h"
+#include "keys/keystore.h"
+
+/* Room for any reason text the decoder writes. */
+#define KL_KEY_WHY_LEN 256
+
+/* What the key store keeps about a key besides the EVP_PKEY. */
+typedef struct kl_key_info {
+    kl_key_type type;
+    int bits;  /* RSA modulus bits, EC field bits, 253 for Ed25519 */
+    int curve; /* EC curve NID, else 0 */
+} kl_key_info;
+
+/* Holds the OpenSSL decoder contexts, created on first use and reused for
+ * every file: building one costs ~270 us, decoding with a ready one ~15 us
+ * (an EC key), so a fresh context per file would dominate the load of
+ * 100,000 keys. Not thread-safe: one decoder per loading thread. */
+typedef struct kl_key_decoder kl_key_decoder;
+
+kl_key_decoder *kl_key_decoder_new(void);
+void kl_key_decoder_free(kl_key_decoder *d);
+
+/* Decodes one private key from a whole file's bytes: PEM (the first private
+ * key block; other blocks are skipped) or DER; PKCS#8, PKCS#1 or SEC1.
+ * The result is checked with kl_key_check_pkey. On failure returns KL_E_KEY
+ * (or KL_E_NOMEM) and writes a one-line reason into why (never key bytes). */
+KL_WUR kl_status kl_key_decode_buffer(kl_key_decoder *d, const uint8_t *buf,
+                                      size_t len, EVP_PKEY **out,
+                                      kl_key_info *info, char *why,
+                                      size_t whylen);
+
+/* The key policy of protocol P4: RSA 1024..8192 bits (not RSA-PSS
+ * restricted), EC on P-224/P-256/P-384/P-521, Ed25519; the key must hold its
+ * private part. KL_E_KEY with a reason otherwise. */
+KL_WUR kl_status kl_key_check_pkey(EVP_PKEY *pkey, kl_key_info *info, char *why,
+                                   size_t whylen);
+
+/* ---- internals shared by decode.c, pem.c and der.c ---------------------- */
+
+/* What the outer DER structure of a buffer looks like. */
+typedef enum kl_der_kind {
+    KL_DER_UNKNOWN = 0,
+    KL_DER_PKCS8,           /* PrivateKeyInfo / OneAsymmetricKey */
+    KL_DER_PKCS8_ENCRYPTED, /* EncryptedPrivateKeyInfo */
+    KL_DER_PKCS1_PRIVATE,   /* RSAPrivateKey */
+    KL_DER_SEC1_PRIVATE,    /* ECPrivateKey */
+    KL_DER_SPKI,            /* SubjectPublicKeyInfo */
+    KL_DER_PKCS1_PUBLIC,    /* RSAPublicKey */
+    KL_DER_CERTIFICATE,     /* X.509 Certificate */
+} kl_der_kind;
+
+/* Classifies a DER buffer by its outer shape without decoding any key.
+ * For KL_DER_PKCS8 the algorithm OID's content bytes are returned in
+ * oid and oid_len (pointing into der). */
+kl_der_kind kl_der_classify(const uint8_t *der, size_t len, const uint8_t **oid,
+                            size_t *oid_len);
+
+/* One PEM block found in a buffer. */
+typedef struct kl_pem_block {
+    char label[64];      /* "PRIVATE KEY", "EC PRIVATE KEY", ... */
+    const uint8_t *body; /* from after the BEGIN line to the END line */
+    size_t body_len;
+    int encrypted_header; /* legacy "Proc-Type: 4,ENCRYPTED" */
+} kl_pem_block;
+
+/* Finds the next "-----BEGIN X-----" ... "-----END X-----" block at or after
+ * *pos. KL_E_NOT_FOUND when there is none; KL_E_BAD_VALUE for a BEGIN line
+ * without its END line. Advances *pos past the block. */
+KL_WUR kl_status kl_pem_next(const uint8_t *buf, size_t len, size_t *pos,
+                             kl_pem_block *blk);
+/* Base64-decodes a block body (headers skipped) into a malloc'd buffer the
+ * caller wipes and frees. */
+KL_WUR kl_status kl_pem_decode_body(const kl_pem_block *blk, uint8_t **out,
+                                    size_t *out_len);
+
+#endif

@@ -1,0 +1,228 @@
+/* The key index (architecture 3): keys by SKI in an open-addressing hash
+ * table. SKIs are SHA-1 outputs, already uniform, so their first 8 bytes
+ * are the hash. The table stays at most half full: a lookup touches one or
+ * two slots even with a million keys. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "core/log.h"
+#include "keys/store.h"
+
+#define MIN_TABLE 64u
+
+kl_keystore *kl_keystore_new(const kl_keystore_opts *opts)
+{
+    kl_keystore *ks = calloc(1, sizeof *ks);
+    if (!ks)
+        return NULL;
+    if (opts)
+        ks->opts = *opts;
+    ks->table = calloc(MIN_TABLE, sizeof *ks->table);
+    if (!ks->table) {
+        free(ks);
+        return NULL;
+    }
+    ks->table_mask = MIN_TABLE - 1;
+    return ks;
+}
+
+void kl_keystore_free(kl_keystore *ks)
+{
+    if (!ks)
+        return;
+    for (size_t i = 0; i < ks->count; i++) {
+        /* EVP_PKEY_free wipes the private parts (BN_clear_free, secure
+         * heap for Ed25519). */
+        EVP_PKEY_free(ks->keys[i]->pkey);
+        free(ks->keys[i]);
+    }
+    free(ks->keys);
+    free(ks->table);
+    kl_key_decoder_free(ks->decoder);
+    free(ks);
+}
+
+void kl_keystore_report(const kl_keystore *ks, int level, const char *path,
+                        const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (ks->opts.report)
+        ks->opts.report(ks->opts.report_arg, level, path, msg);
+    else
+        kl_log(level, "%s: %s", path, msg);
+}
+
+static size_t slot_of(const uint8_t ski[KL_SKI_LEN], size_t mask)
+{
+    uint64_t h;
+    memcpy(&h, ski, sizeof h);
+    return (size_t)h & mask;
+}
+
+static kl_key **probe(kl_key **table, size_t mask,
+                      const uint8_t ski[KL_SKI_LEN])
+{
+    size_t i = slot_of(ski, mask);
+    while (table[i] && memcmp(table[i]->ski, ski, KL_SKI_LEN) != 0)
+        i = (i + 1) & mask;
+    return &table[i];
+}
+
+KL_WUR static kl_status grow(kl_keystore *ks)
+{
+    if (ks->count == ks->cap) {
+        size_t cap = ks->cap ? ks->cap * 2 : 64;
+        kl_key **k = realloc(ks->keys, cap * sizeof *k);
+        KL_ENSURE(k != NULL, KL_E_NOMEM);
+        ks->keys = k;
+        ks->cap = cap;
+    }
+    if ((ks->count + 1) * 2 > ks->table_mask + 1) {
+        size_t size = (ks->table_mask + 1) * 2;
+        kl_key **t = calloc(size, sizeof *t);
+        KL_ENSURE(t != NULL, KL_E_NOMEM);
+        for (size_t i = 0; i < ks->count; i++)
+            *probe(t, size - 1, ks->keys[i]->ski) = ks->keys[i];
+        free(ks->table);
+        ks->table = t;
+        ks->table_mask = size - 1;
+    }
+    return KL_OK;
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    uint8_t acc = 0;
+    for (size_t i = 0; i < n; i++)
+        acc |= p[i];
+    return acc == 0;
+}
+
+kl_status kl_keystore_insert(kl_keystore *ks, EVP_PKEY *pkey,
+                             const kl_key_info *info, const char *path)
+{
+    uint8_t ski[KL_SKI_LEN];
+    kl_status s = kl_ski_from_pkey(pkey, ski);
+    if (s == KL_OK && all_zero(ski, KL_SKI_LEN))
+        s = KL_E_KEY; /* protocol P7: never a valid selector */
+    if (s != KL_OK) {
+        kl_keystore_report(ks, KL_LOG_ERROR, path,
+                           "cannot compute the key's SKI");
+        EVP_PKEY_free(pkey);
+        return KL_E_KEY;
+    }
+    kl_key **slot = probe(ks->table, ks->table_mask, ski);
+    if (*slot) {
+        char hex[2 * KL_SKI_LEN + 1];
+        kl_ski_hex(ski, hex);
+        kl_keystore_report(ks, KL_LOG_WARN, path,
+                           "duplicate key: SKI %s is already loaded from %s; "
+                           "keeping that one",
+                           hex, (*slot)->path);
+        EVP_PKEY_free(pkey);
+        return KL_OK;
+    }
+    if (grow(ks) != KL_OK) {
+        EVP_PKEY_free(pkey);
+        return KL_E_NOMEM;
+    }
+    size_t plen = strlen(path) + 1;
+    kl_key *k = malloc(sizeof *k + plen);
+    if (!k) {
+        EVP_PKEY_free(pkey);
+        return KL_E_NOMEM;
+    }
+    k->pkey = pkey;
+    memcpy(k->ski, ski, KL_SKI_LEN);
+    k->info = *info;
+    k->index = ks->count;
+    memcpy(k->path, path, plen);
+    ks->keys[ks->count++] = k;
+    *probe(ks->table, ks->table_mask, ski) = k;
+    if (info->type == KL_KEY_RSA && info->bits < 2048)
+        kl_keystore_report(ks, KL_LOG_WARN, path,
+                           "RSA-%d key: keys under 2048 bits are weak",
+                           info->bits);
+    return KL_OK;
+}
+
+kl_status kl_keystore_add_pkey(kl_keystore *ks, EVP_PKEY *pkey,
+                               const char *label)
+{
+    KL_ENSURE(ks != NULL && pkey != NULL, KL_E_KEY);
+    const char *name = label ? label : "(key)";
+    kl_key_info info;
+    char why[KL_KEY_WHY_LEN];
+    if (kl_key_check_pkey(pkey, &info, why, sizeof why) != KL_OK) {
+        kl_keystore_report(ks, KL_LOG_ERROR, name, "%s", why);
+        return KL_E_KEY;
+    }
+    KL_ENSURE(EVP_PKEY_up_ref(pkey) == 1, KL_E_INTERNAL);
+    return kl_keystore_insert(ks, pkey, &info, name);
+}
+
+const kl_key *kl_keystore_find(const kl_keystore *ks,
+                               const uint8_t ski[KL_SKI_LEN])
+{
+    return *probe(ks->table, ks->table_mask, ski);
+}
+
+size_t kl_keystore_count(const kl_keystore *ks)
+{
+    return ks->count;
+}
+
+void kl_keystore_foreach(const kl_keystore *ks,
+                         void (*fn)(void *arg, const kl_key *key), void *arg)
+{
+    for (size_t i = 0; i < ks->count; i++)
+        fn(arg, ks->keys[i]);
+}
+
+kl_key_type kl_key_get_type(const kl_key *k)
+{
+    return k->info.type;
+}
+int kl_key_bits(const kl_key *k)
+{
+    return k->info.bits;
+}
+int kl_key_curve(const kl_key *k)
+{
+    return k->info.curve;
+}
+const uint8_t *kl_key_ski(const kl_key *k)
+{
+    return k->ski;
+}
+const char *kl_key_path(const kl_key *k)
+{
+    return k->path;
+}
+size_t kl_key_index(const kl_key *k)
+{
+    return k->index;
+}
+EVP_PKEY *kl_key_pkey(const kl_key *k)
+{
+    return k->pkey;
+}
+
+const char *kl_key_desc(const kl_key *k, char *buf, size_t len)
+{
+    switch (k->info.type) {
+    case KL_KEY_RSA: snprintf(buf, len, "RSA-%d", k->info.bits); break;
+    case KL_KEY_EC: snprintf(buf, len, "ECDSA-P-%d", k->info.bits); break;
+    case KL_KEY_ED25519: snprintf(buf, len, "Ed25519"); break;
+    default: snprintf(buf, len, "unknown"); break;
+    }
+    return buf;
+}

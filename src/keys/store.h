@@ -1,0 +1,36 @@
+/* Private to src/keys: the key store's insides, shared by keystore.c (the
+ * index) and load.c (files and directories). */
+#ifndef KL_KEYS_STORE_H
+#define KL_KEYS_STORE_H
+
+#include "keys/decode.h"
+#include "keys/keystore.h"
+
+struct kl_key {
+    EVP_PKEY *pkey;
+    uint8_t ski[KL_SKI_LEN];
+    kl_key_info info;
+    size_t index;
+    char path[]; /* file or label */
+};
+
+struct kl_keystore {
+    kl_keystore_opts opts;
+    kl_key **keys; /* load order; kl_key_index is the position here */
+    size_t count, cap;
+    kl_key **table; /* open addressing by SKI, linear probing */
+    size_t table_mask;
+    kl_key_decoder *decoder; /* created on the first file */
+};
+
+/* One report line (opts.report, else the log). */
+void kl_keystore_report(const kl_keystore *ks, int level, const char *path,
+                        const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Indexes a checked key, taking ownership of pkey (freed on every path but
+ * success). A duplicate SKI is reported and the new key dropped (KL_OK). */
+KL_WUR kl_status kl_keystore_insert(kl_keystore *ks, EVP_PKEY *pkey,
+                                    const kl_key_info *info, const char *path);
+
+#endif
