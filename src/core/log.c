@@ -11,7 +11,7 @@ static atomic_int log_level = KL_LOG_INFO;
 static const char *log_prefix = "";
 /* Under systemd (JOURNAL_STREAM set) the journal adds the time itself and
  * reads a "<N>" syslog priority prefix. */
-static int journal_mode = -1;
+static atomic_int journal_mode = -1;
 
 void kl_log_set_level(int level)
 {
@@ -40,14 +40,18 @@ void kl_log(int level, const char *fmt, ...)
         return;
     if (level < 0 || level > KL_LOG_FATAL)
         level = KL_LOG_ERROR;
-    if (journal_mode < 0)
-        journal_mode = getenv("JOURNAL_STREAM") != NULL;
+    int journal = atomic_load_explicit(&journal_mode, memory_order_relaxed);
+    if (journal < 0) {
+        /* racing threads compute the same value: a relaxed store is fine */
+        journal = getenv("JOURNAL_STREAM") != NULL;
+        atomic_store_explicit(&journal_mode, journal, memory_order_relaxed);
+    }
 
     /* Build the whole line first so that concurrent threads never interleave
      * within a line: one fputs of one buffer. */
     char line[2048];
     size_t n = 0;
-    if (journal_mode) {
+    if (journal) {
         n = (size_t)snprintf(line, sizeof line, "<%d>", level_prio[level]);
     } else {
         struct timespec ts;

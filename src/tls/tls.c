@@ -302,7 +302,7 @@ static kl_io translate(kl_tls_conn *c, int ret)
         c->err[0] = 0;
         long vr = SSL_get_verify_result(c->ssl);
         if (vr != X509_V_OK)
-            snprintf(c->err, sizeof c->err, "certificate verify failed: %s; ",
+            snprintf(c->err, sizeof c->err, "certificate verify failed: %s",
                      X509_verify_cert_error_string(vr));
         drain_errors(c->err, sizeof c->err);
         if (!c->err[0])
