@@ -1,0 +1,187 @@
+/* The test PKI and test keys: see pki.h. */
+#include "pki.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <openssl/pem.h>
+
+#include "client/verify.h"
+#include "daemon.h"
+#include "keys/keystore.h"
+#include "testutil.h"
+
+static char *rotating(void)
+{
+    static char bufs[64][1024];
+    static unsigned next;
+    return bufs[next++ % 64];
+}
+
+static void mkdir_p(const char *path, mode_t mode)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            (void)mkdir(tmp, 0755);
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+        fail_msg("mkdir %s: %s", tmp, strerror(errno));
+}
+
+const char *tp_dir(void)
+{
+    static char dir[1024];
+    if (dir[0])
+        return dir;
+    char lock[1100], stamp[1100], script[1100];
+    snprintf(dir, sizeof dir, "%s/test-pki", tu_bin_dir());
+    snprintf(lock, sizeof lock, "%s/test-pki.lock", tu_bin_dir());
+    snprintf(stamp, sizeof stamp, "%s/.complete", dir);
+    snprintf(script, sizeof script, "%s/scripts/dev-pki.sh", tu_src_dir());
+
+    int fd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        fail_msg("cannot open %s: %s", lock, strerror(errno));
+    /* Test programs run in parallel: one creates, the others wait. */
+    while (flock(fd, LOCK_EX) != 0 && errno == EINTR)
+        ;
+    if (access(stamp, F_OK) != 0) {
+        const char *argv[] = {"bash", script, "--test-extras", dir, NULL};
+        char *out = NULL;
+        int st = td_run(argv, &out, 120000);
+        if (st != 0) {
+            fprintf(stderr, "%s", out ? out : "");
+            free(out);
+            close(fd);
+            dir[0] = 0;
+            fail_msg("dev-pki.sh failed with status %d", st);
+        }
+        free(out);
+        FILE *f = fopen(stamp, "w");
+        if (f)
+            fclose(f);
+    }
+    close(fd); /* releases the lock */
+    return dir;
+}
+
+const char *tp_path(const char *rel)
+{
+    char *b = rotating();
+    snprintf(b, 1024, "%s/%s", tp_dir(), rel);
+    return b;
+}
+
+char *tp_tempdir(const char *tag)
+{
+    char base[1024];
+    snprintf(base, sizeof base, "%s/test-tmp", tu_bin_dir());
+    mkdir_p(base, 0755);
+    char *path = malloc(1100);
+    assert_non_null(path);
+    snprintf(path, 1100, "%s/%s.XXXXXX", base, tag);
+    if (!mkdtemp(path))
+        fail_msg("mkdtemp %s: %s", path, strerror(errno));
+    chmod(path, 0700);
+    return path;
+}
+
+void tp_rmtree(char *dir)
+{
+    if (!dir)
+        return;
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char p[2048];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            struct stat st;
+            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+                char *sub = strdup(p);
+                tp_rmtree(sub);
+            } else {
+                unlink(p);
+            }
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+    free(dir);
+}
+
+void tp_copy_key(const char *dir, const char *src)
+{
+    size_t len;
+    char *data = tu_read_file(src, &len);
+    const char *base = strrchr(src, '/');
+    base = base ? base + 1 : src;
+    char dst[2048];
+    snprintf(dst, sizeof dst, "%s/%s", dir, base);
+    int fd = open(dst, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0)
+        fail_msg("cannot create %s: %s", dst, strerror(errno));
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    close(fd);
+    free(data);
+}
+
+EVP_PKEY *tp_genkey(const char *dir, const char *name, const char *alg,
+                    const char *group, unsigned bits)
+{
+    EVP_PKEY *pk = NULL;
+    if (!strcmp(alg, "EC"))
+        pk = EVP_PKEY_Q_keygen(NULL, NULL, "EC", group);
+    else if (!strcmp(alg, "RSA"))
+        pk = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)bits);
+    else
+        pk = EVP_PKEY_Q_keygen(NULL, NULL, alg);
+    if (!pk)
+        fail_msg("cannot generate a %s key", alg);
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0)
+        fail_msg("cannot create %s: %s", path, strerror(errno));
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    assert_int_equal(PEM_write_PrivateKey(f, pk, NULL, NULL, 0, NULL, NULL), 1);
+    fclose(f);
+    return pk;
+}
+
+EVP_PKEY *tp_load_pub(const char *path)
+{
+    EVP_PKEY *pk = NULL;
+    char err[256];
+    if (kl_pubkey_load(path, &pk, err, sizeof err) != KL_OK)
+        fail_msg("%s", err);
+    return pk;
+}
+
+void tp_ski(EVP_PKEY *pk, uint8_t ski[20])
+{
+    assert_int_equal(kl_ski_from_pkey(pk, ski), KL_OK);
+}
+
+const char *tp_ski_hex(const uint8_t ski[20])
+{
+    char *b = rotating();
+    kl_ski_hex(ski, b);
+    return b;
+}

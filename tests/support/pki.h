@@ -1,0 +1,44 @@
+/* The test PKI and test keys: scripts/dev-pki.sh --test-extras, created once
+ * per build tree in $KL_BIN_DIR/test-pki (under a lock, so parallel test
+ * programs share it), plus per-test key directories and keys generated at
+ * test time (P-224, P-521, RSA-4096). */
+#ifndef KL_TEST_PKI_H
+#define KL_TEST_PKI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <openssl/evp.h>
+
+/* The PKI directory, created on first use (fails the test when the script
+ * fails). Files: ca.crt, server.{crt,key}, client.{crt,key}, keys/NAME.key,
+ * pubkeys/NAME.pem, other-ca.crt, client-other-ca.{crt,key},
+ * client-serverauth.{crt,key}. */
+const char *tp_dir(void);
+/* tp_dir()/rel in one of 64 rotating static buffers. */
+const char *tp_path(const char *rel);
+
+/* A fresh empty directory (mode 0700) under $KL_BIN_DIR/test-tmp, named
+ * after tag; malloc'd path. */
+char *tp_tempdir(const char *tag);
+/* Removes a directory tree made by tp_tempdir and frees the path. */
+void tp_rmtree(char *dir);
+
+/* Copies a key file into dir (mode 0600), keeping its base name. */
+void tp_copy_key(const char *dir, const char *src);
+/* Generates a key into dir/name (mode 0600): alg "EC" with group "P-224"
+ * etc., "RSA" with bits, or "ED25519". Returns the key (the caller frees
+ * it; only its public half is used by tests). */
+EVP_PKEY *tp_genkey(const char *dir, const char *name, const char *alg,
+                    const char *group, unsigned bits);
+
+/* Loads a public key (certificate or public key file); fails the test on
+ * error. */
+EVP_PKEY *tp_load_pub(const char *path);
+/* SKI of a key per protocol P7; fails the test on error. */
+void tp_ski(EVP_PKEY *pk, uint8_t ski[20]);
+/* Lower-case hex of an SKI (static rotating buffer). */
+const char *tp_ski_hex(const uint8_t ski[20]);
+
+#endif
