@@ -62,3 +62,22 @@ format-check:
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz
+
+# ---- Packaging (issue 4): install, Debian package, packaging tests ----
+#   make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]
+#   make deb              -> build-deb/keylessd_<version>_<arch>.deb
+#   make test-packaging   unit verification, readiness notification, and the
+#                         package installed and removed (root only)
+PREFIX ?= /usr/local
+DESTDIR ?=
+
+.PHONY: install deb test-packaging
+
+install: build
+	@DESTDIR="$(DESTDIR)" $(CMAKE) --install $(BUILD) --prefix "$(PREFIX)"
+
+deb: deps
+	@bash packaging/build-deb.sh build-deb
+
+test-packaging: build
+	@KL_BIN_DIR="$(abspath $(BUILD))" bash tests/packaging/run.sh

@@ -5,7 +5,8 @@ set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config clang libclang-rt-dev
       libssl-dev openssl libyaml-dev libjansson-dev libcmocka-dev
-      python3 procps iproute2 ${KL_EXTRA_PKGS:-})
+      python3 procps iproute2 libp11-kit-dev p11-kit softhsm2 opensc
+      ${KL_EXTRA_PKGS:-})
 
 missing=()
 for p in "${pkgs[@]}"; do
