@@ -11,6 +11,7 @@
 
 #include "crypto/ctx_cache.h"
 #include "crypto/ops.h"
+#include "crypto/p11_ops.h"
 
 typedef enum op_family {
     FAM_NONE = 0,
@@ -77,6 +78,8 @@ kl_cost_class kl_crypto_cost_class(const kl_key *key)
 {
     /* ECDSA P-256 ~20 us, Ed25519 less; RSA-2048 ~260 us and up
      * (architecture 2) */
+    if (key && kl_key_get_backend(key) == KL_BACKEND_PKCS11)
+        return KL_COST_BLOCKING;
     return key && kl_key_get_type(key) == KL_KEY_RSA ? KL_COST_SLOW
                                                      : KL_COST_FAST;
 }
@@ -135,7 +138,7 @@ static int setup(kl_ctx_entry *e)
 
 /* -1, 0, 1 as a <, ==, > b (k big-endian bytes each), without branching on
  * the data. */
-static int compare_be(const uint8_t *a, const uint8_t *b, size_t k)
+int kl_crypto_compare_be(const uint8_t *a, const uint8_t *b, size_t k)
 {
     unsigned gt = 0, lt = 0;
     for (size_t i = 0; i < k; i++) {
@@ -168,7 +171,7 @@ static uint8_t rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
     if (inlen)
         memcpy(c + (k - inlen), in, inlen);
     uint8_t err = KL_ERR_NONE;
-    int cmp = compare_be(c, e->modulus, k);
+    int cmp = kl_crypto_compare_be(c, e->modulus, k);
     if (cmp > 0) {
         err = KL_ERR_CRYPTO;
     } else if (cmp == 0) {
@@ -219,6 +222,15 @@ uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
                        const uint8_t *payload, size_t plen, uint8_t *out,
                        size_t outcap, size_t *out_len)
 {
+    return kl_crypto_exec_deadline(key, opcode, payload, plen, out, outcap,
+                                   out_len, 0);
+}
+
+uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
+                                const uint8_t *payload, size_t plen,
+                                uint8_t *out, size_t outcap, size_t *out_len,
+                                uint64_t deadline_ns)
+{
     *out_len = 0;
     op_spec sp = spec_of(opcode);
     if (sp.fam == FAM_NONE)
@@ -232,6 +244,9 @@ uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
         return KL_ERR_CRYPTO; /* an RSA or PSS digest of the wrong length */
     if (outcap < kl_crypto_max_output(key))
         return KL_ERR_INTERNAL;
+    if (kl_key_get_backend(key) == KL_BACKEND_PKCS11)
+        return kl_p11_exec(key, opcode, payload, plen, out, outcap, out_len,
+                           deadline_ns);
 
     EVP_PKEY *pkey = kl_key_pkey(key);
     kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, setup);

@@ -22,12 +22,29 @@ uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
                        const uint8_t *payload, size_t plen, uint8_t *out,
                        size_t outcap, size_t *out_len);
 
+/* How long an operation on a token key waits for a free session when the
+ * caller gave no deadline. */
+#define KL_CRYPTO_DEFAULT_WAIT_NS (2ull * 1000000000ull)
+
+/* The same with the caller's deadline (monotonic ns, 0 = none): an
+ * operation on a token key (kl_key_get_backend) that cannot get a session
+ * by then answers KL_ERR_INTERNAL. Token errors: KL_ERR_CRYPTO when the
+ * token refused the input or mechanism, KL_ERR_INTERNAL when the token or
+ * its sessions failed. Token keys block the calling thread: run them on the
+ * pool's blocking class only. */
+uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
+                                const uint8_t *payload, size_t plen,
+                                uint8_t *out, size_t outcap, size_t *out_len,
+                                uint64_t deadline_ns);
+
 /* The cost class of an operation with this key (architecture 2): fast (EC,
- * Ed25519), slow (RSA, by size). */
+ * Ed25519), slow (RSA, by size), blocking (any key on a PKCS#11 token: the
+ * thread waits for the device; issue 12). */
 typedef enum kl_cost_class {
     KL_COST_FAST = 0,
     KL_COST_SLOW = 1,
-    KL_COST_CLASSES = 2,
+    KL_COST_BLOCKING = 2,
+    KL_COST_CLASSES = 3,
 } kl_cost_class;
 
 kl_cost_class kl_crypto_cost_class(const kl_key *key);

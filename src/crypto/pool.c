@@ -8,7 +8,9 @@
  *   for fast jobs however many RSA-4096 signatures are queued;
  * - to keep slow jobs from starving under an endless stream of fast ones, a
  *   waiting slow job is taken after FAST_STREAK fast picks in a row (with a
- *   single worker, every other pick: the two classes alternate). */
+ *   single worker, every other pick: the two classes alternate).
+ * The blocking class (PKCS#11 keys) has its own threads and condition
+ * variable: those threads take only blocking jobs, the others never do. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -40,6 +42,10 @@ struct kl_pool {
     bool stopping;
     pthread_t *threads;
     int started;
+    pthread_cond_t bcv; /* blocking workers wait here */
+    int blocking_want;
+    pthread_t *bthreads;
+    int bstarted;
 };
 
 static kl_job *pop(job_queue *q)
@@ -84,8 +90,9 @@ static void run(kl_job *job)
     if (job->deadline_ns && kl_now_ns() > job->deadline_ns)
         job->err = KL_ERR_INTERNAL; /* P6 shedding: no crypto for the late */
     else
-        job->err = kl_crypto_exec(job->key, job->opcode, job->in, job->in_len,
-                                  job->out, job->out_cap, &job->out_len);
+        job->err = kl_crypto_exec_deadline(job->key, job->opcode, job->in,
+                                           job->in_len, job->out, job->out_cap,
+                                           &job->out_len, job->deadline_ns);
     job->done(job); /* the job belongs to its owner from here on */
 }
 
@@ -115,6 +122,44 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+static void *blocking_main(void *arg)
+{
+    kl_pool *p = arg;
+    job_queue *q = &p->q[KL_COST_BLOCKING];
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        if (q->head) {
+            kl_job *job = pop(q);
+            pthread_mutex_unlock(&p->mu);
+            run(job);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        if (p->stopping)
+            break;
+        pthread_cond_wait(&p->bcv, &p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    kl_crypto_thread_cleanup();
+    return NULL;
+}
+
+/* Called with the lock held (or before the pool is shared). */
+static void start_blocking(kl_pool *p)
+{
+    int n = p->blocking_want;
+    if (p->bthreads || !(p->bthreads = calloc((size_t)n, sizeof *p->bthreads)))
+        return;
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&p->bthreads[i], NULL, blocking_main, p) != 0)
+            break;
+        p->bstarted++;
+    }
+    if (p->bstarted < n)
+        kl_error("crypto pool: started %d of %d blocking workers", p->bstarted,
+                 n);
+}
+
 static int default_workers(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -134,18 +179,24 @@ kl_pool *kl_pool_new(const kl_pool_opts *opts)
         p->q[c].limit = lim ? lim : DEFAULT_QUEUE_LIMIT;
         atomic_init(&p->q[c].len, 0);
     }
+    p->blocking_want = opts && opts->blocking_workers > 0
+                           ? opts->blocking_workers
+                           : KL_POOL_DEFAULT_BLOCKING;
     p->threads = calloc((size_t)p->workers, sizeof *p->threads);
     if (!p->threads || pthread_mutex_init(&p->mu, NULL) != 0) {
         free(p->threads);
         free(p);
         return NULL;
     }
-    if (pthread_cond_init(&p->cv, NULL) != 0) {
+    if (pthread_cond_init(&p->cv, NULL) != 0 ||
+        pthread_cond_init(&p->bcv, NULL) != 0) {
         pthread_mutex_destroy(&p->mu);
         free(p->threads);
         free(p);
         return NULL;
     }
+    if (opts && opts->blocking_workers > 0)
+        start_blocking(p);
     for (int i = 0; i < p->workers; i++) {
         if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0)
             break;
@@ -175,9 +226,14 @@ void kl_pool_free(kl_pool *p)
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
     pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->bcv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->started; i++)
         pthread_join(p->threads[i], NULL);
+    for (int i = 0; i < p->bstarted; i++)
+        pthread_join(p->bthreads[i], NULL);
+    free(p->bthreads);
+    pthread_cond_destroy(&p->bcv);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p->threads);
@@ -193,8 +249,12 @@ kl_status kl_pool_submit(kl_pool *p, kl_job *job)
     kl_status s = KL_OK;
     job_queue *q = &p->q[c];
     size_t len = atomic_load_explicit(&q->len, memory_order_relaxed);
+    if (c == KL_COST_BLOCKING && !p->stopping)
+        start_blocking(p);
     if (p->stopping) {
         s = KL_E_CLOSED;
+    } else if (c == KL_COST_BLOCKING && p->bstarted == 0) {
+        s = KL_E_INTERNAL; /* no thread could run it */
     } else if (len >= q->limit) {
         s = KL_E_TOO_LARGE;
     } else {
@@ -204,7 +264,7 @@ kl_status kl_pool_submit(kl_pool *p, kl_job *job)
             q->head = job;
         q->tail = job;
         atomic_store_explicit(&q->len, len + 1, memory_order_relaxed);
-        pthread_cond_signal(&p->cv);
+        pthread_cond_signal(c == KL_COST_BLOCKING ? &p->bcv : &p->cv);
     }
     pthread_mutex_unlock(&p->mu);
     return s;

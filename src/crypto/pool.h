@@ -1,9 +1,11 @@
 /* Worker pool executing crypto jobs by cost class (architecture 2): each
  * class has its own bounded queue; workers prefer the fast class, and the slow
  * class can never occupy every worker, so a burst of RSA-4096 cannot delay
- * ECDSA behind it. Completion is reported through the job's callback on the
- * worker thread; the callback hands the job back to its owner (e.g. through a
- * shard's completion queue) and must not block. */
+ * ECDSA behind it. Jobs on PKCS#11 keys (the blocking class) run on their own
+ * threads only: a slow or stalled HSM never holds a fast or slow worker.
+ * Completion is reported through the job's callback on the worker thread; the
+ * callback hands the job back to its owner (e.g. through a shard's completion
+ * queue) and must not block. */
 #ifndef KL_CRYPTO_POOL_H
 #define KL_CRYPTO_POOL_H
 
@@ -17,27 +19,36 @@ typedef struct kl_job kl_job;
 typedef void (*kl_job_done_fn)(kl_job *job);
 
 struct kl_job {
-    kl_job *next;         /* owned by whoever holds the job */
+    kl_job *next; /* owned by whoever holds the job */
     const kl_key *key;
     uint8_t opcode;
     const uint8_t *in;
     size_t in_len;
     uint8_t *out;
     size_t out_cap;
-    size_t out_len;       /* set by the pool */
-    uint8_t err;          /* P6 code, set by the pool */
-    uint64_t deadline_ns; /* monotonic; 0 = none. Past it: KL_ERR_INTERNAL
-                             without running the crypto (P6 shedding) */
+    size_t out_len;         /* set by the pool */
+    uint8_t err;            /* P6 code, set by the pool */
+    uint64_t deadline_ns;   /* monotonic; 0 = none. Past it: KL_ERR_INTERNAL
+                               without running the crypto (P6 shedding); a
+                               token key's wait for a session ends there */
     uint64_t test_delay_us; /* test hook: sleep before executing */
     kl_job_done_fn done;
-    void *owner;          /* free for the submitter */
+    void *owner; /* free for the submitter */
 };
 
 typedef struct kl_pool kl_pool;
 
+/* Blocking workers started on first use when opts.blocking_workers is 0. */
+#define KL_POOL_DEFAULT_BLOCKING 4
+
 typedef struct kl_pool_opts {
-    int workers;                       /* 0: number of CPUs */
+    int workers;                         /* 0: number of CPUs */
     size_t queue_limit[KL_COST_CLASSES]; /* 0: 65536 */
+    /* Threads for KL_COST_BLOCKING jobs (PKCS#11 keys), apart from the
+     * workers above: size it by the tokens' sessions
+     * (kl_keystore_token_sessions). 0: KL_POOL_DEFAULT_BLOCKING, started
+     * when the first such job comes. */
+    int blocking_workers;
 } kl_pool_opts;
 
 kl_pool *kl_pool_new(const kl_pool_opts *opts);

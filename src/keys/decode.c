@@ -145,8 +145,8 @@ static int has_bn(EVP_PKEY *pkey, const char *name)
     return ok;
 }
 
-static kl_status check_ec(EVP_PKEY *pkey, kl_key_info *info, char *why,
-                          size_t whylen)
+static kl_status check_ec(EVP_PKEY *pkey, kl_key_info *info, bool need_priv,
+                          char *why, size_t whylen)
 {
     char name[64];
     if (!EVP_PKEY_get_utf8_string_param(pkey, OSSL_PKEY_PARAM_GROUP_NAME, name,
@@ -164,7 +164,7 @@ static kl_status check_ec(EVP_PKEY *pkey, kl_key_info *info, char *why,
             name);
         return KL_E_KEY;
     }
-    if (!has_bn(pkey, OSSL_PKEY_PARAM_PRIV_KEY)) {
+    if (need_priv && !has_bn(pkey, OSSL_PKEY_PARAM_PRIV_KEY)) {
         WHY("EC key has no private part");
         return KL_E_KEY;
     }
@@ -173,8 +173,8 @@ static kl_status check_ec(EVP_PKEY *pkey, kl_key_info *info, char *why,
     return KL_OK;
 }
 
-kl_status kl_key_check_pkey(EVP_PKEY *pkey, kl_key_info *info, char *why,
-                            size_t whylen)
+static kl_status check(EVP_PKEY *pkey, kl_key_info *info, bool need_priv,
+                       char *why, size_t whylen)
 {
     memset(info, 0, sizeof *info);
     info->bits = EVP_PKEY_get_bits(pkey);
@@ -189,7 +189,7 @@ kl_status kl_key_check_pkey(EVP_PKEY *pkey, kl_key_info *info, char *why,
                 info->bits);
             return KL_E_KEY;
         }
-        if (!has_bn(pkey, OSSL_PKEY_PARAM_RSA_D)) {
+        if (need_priv && !has_bn(pkey, OSSL_PKEY_PARAM_RSA_D)) {
             WHY("RSA key has no private part");
             return KL_E_KEY;
         }
@@ -197,10 +197,11 @@ kl_status kl_key_check_pkey(EVP_PKEY *pkey, kl_key_info *info, char *why,
         return KL_OK;
     }
     if (EVP_PKEY_is_a(pkey, "EC"))
-        return check_ec(pkey, info, why, whylen);
+        return check_ec(pkey, info, need_priv, why, whylen);
     if (EVP_PKEY_is_a(pkey, "ED25519")) {
         size_t len = 0;
-        if (!EVP_PKEY_get_raw_private_key(pkey, NULL, &len) || len != 32) {
+        if (need_priv &&
+            (!EVP_PKEY_get_raw_private_key(pkey, NULL, &len) || len != 32)) {
             WHY("Ed25519 key has no private part");
             return KL_E_KEY;
         }
@@ -210,6 +211,18 @@ kl_status kl_key_check_pkey(EVP_PKEY *pkey, kl_key_info *info, char *why,
     const char *t = EVP_PKEY_get0_type_name(pkey);
     WHY("%s keys are not supported (%s)", t ? t : "this type of", supported);
     return KL_E_KEY;
+}
+
+kl_status kl_key_check_pkey(EVP_PKEY *pkey, kl_key_info *info, char *why,
+                            size_t whylen)
+{
+    return check(pkey, info, true, why, whylen);
+}
+
+kl_status kl_key_check_public(EVP_PKEY *pkey, kl_key_info *info, char *why,
+                              size_t whylen)
+{
+    return check(pkey, info, false, why, whylen);
 }
 
 /* ---- DER ---------------------------------------------------------------- */

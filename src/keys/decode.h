@@ -46,6 +46,11 @@ KL_WUR kl_status kl_key_decode_buffer(kl_key_decoder *d, const uint8_t *buf,
 KL_WUR kl_status kl_key_check_pkey(EVP_PKEY *pkey, kl_key_info *info, char *why,
                                    size_t whylen);
 
+/* The same policy for a key whose private part lives elsewhere (a PKCS#11
+ * token): pkey holds only the public key. */
+KL_WUR kl_status kl_key_check_public(EVP_PKEY *pkey, kl_key_info *info,
+                                     char *why, size_t whylen);
+
 /* ---- internals shared by decode.c, pem.c and der.c ---------------------- */
 
 /* What the outer DER structure of a buffer looks like. */

@@ -38,11 +38,13 @@ void kl_keystore_free(kl_keystore *ks)
         /* EVP_PKEY_free wipes the private parts (BN_clear_free, secure
          * heap for Ed25519). */
         EVP_PKEY_free(ks->keys[i]->pkey);
+        kl_p11_key_free(ks->keys[i]->p11);
         free(ks->keys[i]);
     }
     free(ks->keys);
     free(ks->table);
     kl_key_decoder_free(ks->decoder);
+    kl_p11_set_free(ks->p11); /* after the keys: closes the sessions */
     free(ks);
 }
 
@@ -109,6 +111,13 @@ static int all_zero(const uint8_t *p, size_t n)
 kl_status kl_keystore_insert(kl_keystore *ks, EVP_PKEY *pkey,
                              const kl_key_info *info, const char *path)
 {
+    return kl_keystore_insert_p11(ks, pkey, NULL, info, path);
+}
+
+kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
+                                 kl_p11_key *p11, const kl_key_info *info,
+                                 const char *path)
+{
     uint8_t ski[KL_SKI_LEN];
     kl_status s = kl_ski_from_pkey(pkey, ski);
     if (s == KL_OK && all_zero(ski, KL_SKI_LEN))
@@ -117,6 +126,7 @@ kl_status kl_keystore_insert(kl_keystore *ks, EVP_PKEY *pkey,
         kl_keystore_report(ks, KL_LOG_ERROR, path,
                            "cannot compute the key's SKI");
         EVP_PKEY_free(pkey);
+        kl_p11_key_free(p11);
         return KL_E_KEY;
     }
     kl_key **slot = probe(ks->table, ks->table_mask, ski);
@@ -128,19 +138,23 @@ kl_status kl_keystore_insert(kl_keystore *ks, EVP_PKEY *pkey,
                            "keeping that one",
                            hex, (*slot)->path);
         EVP_PKEY_free(pkey);
+        kl_p11_key_free(p11);
         return KL_OK;
     }
     if (grow(ks) != KL_OK) {
         EVP_PKEY_free(pkey);
+        kl_p11_key_free(p11);
         return KL_E_NOMEM;
     }
     size_t plen = strlen(path) + 1;
     kl_key *k = malloc(sizeof *k + plen);
     if (!k) {
         EVP_PKEY_free(pkey);
+        kl_p11_key_free(p11);
         return KL_E_NOMEM;
     }
     k->pkey = pkey;
+    k->p11 = p11;
     memcpy(k->ski, ski, KL_SKI_LEN);
     k->info = *info;
     k->index = ks->count;
@@ -214,6 +228,18 @@ size_t kl_key_index(const kl_key *k)
 EVP_PKEY *kl_key_pkey(const kl_key *k)
 {
     return k->pkey;
+}
+kl_key_backend kl_key_get_backend(const kl_key *k)
+{
+    return k->p11 ? KL_BACKEND_PKCS11 : KL_BACKEND_FILE;
+}
+kl_p11_key *kl_key_p11(const kl_key *k)
+{
+    return k->p11;
+}
+size_t kl_keystore_token_sessions(const kl_keystore *ks)
+{
+    return ks ? kl_p11_set_sessions(ks->p11) : 0;
 }
 
 const char *kl_key_desc(const kl_key *k, char *buf, size_t len)

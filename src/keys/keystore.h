@@ -19,6 +19,12 @@ typedef enum kl_key_type {
     KL_KEY_ED25519 = 3,
 } kl_key_type;
 
+/* Where a key's private part lives (issue 12). */
+typedef enum kl_key_backend {
+    KL_BACKEND_FILE = 0,   /* in memory, from a key file */
+    KL_BACKEND_PKCS11 = 1, /* on a PKCS#11 token */
+} kl_key_backend;
+
 typedef struct kl_key kl_key;
 typedef struct kl_keystore kl_keystore;
 
@@ -50,6 +56,21 @@ KL_WUR kl_status kl_keystore_add_file(kl_keystore *ks, const char *path);
 KL_WUR kl_status kl_keystore_add_pkey(kl_keystore *ks, EVP_PKEY *pkey,
                                       const char *label);
 
+/* Adds the key a PKCS#11 URI names (RFC 7512; issue 12):
+ *   pkcs11:token=LABEL|serial=S|slot-id=N;object=LABEL;id=%01
+ *          ?module-path=/path/module.so&pin-value=PIN|pin-source=FILE
+ *          &max-sessions=N
+ * Exactly one of token, serial, slot-id; object and/or id; module-path
+ * required; max-sessions (default 1) sizes the token's session pool.
+ * Loads the module (once per store), logs in, and computes the SKI from the
+ * public key the token holds. Errors are reported naming the URI with the
+ * PIN redacted; KL_E_CONFIG for a bad URI or PIN, KL_E_KEY when the token or
+ * the key cannot be used. */
+KL_WUR kl_status kl_keystore_add_uri(kl_keystore *ks, const char *uri);
+/* Sum of max-sessions over the tokens of the store's PKCS#11 keys: how many
+ * blocking workers can use them at once (kl_pool_opts.blocking_workers). */
+size_t kl_keystore_token_sessions(const kl_keystore *ks);
+
 /* O(1) lookup. NULL when no key has this SKI. */
 const kl_key *kl_keystore_find(const kl_keystore *ks,
                                const uint8_t ski[KL_SKI_LEN]);
@@ -70,8 +91,9 @@ const char *kl_key_path(const kl_key *k);
 size_t kl_key_index(const kl_key *k);
 /* "RSA-2048", "ECDSA-P-256", "Ed25519". */
 const char *kl_key_desc(const kl_key *k, char *buf, size_t len);
-/* For src/crypto only: the private key. */
+/* For src/crypto only: the private key (a token key: its public key). */
 EVP_PKEY *kl_key_pkey(const kl_key *k);
+kl_key_backend kl_key_get_backend(const kl_key *k);
 
 /* SKI per protocol P7: SHA-1 over the subjectPublicKey BIT STRING contents. */
 KL_WUR kl_status kl_ski_from_pkey(EVP_PKEY *pkey, uint8_t out[KL_SKI_LEN]);

@@ -5,9 +5,11 @@
 
 #include "keys/decode.h"
 #include "keys/keystore.h"
+#include "keys/p11.h"
 
 struct kl_key {
-    EVP_PKEY *pkey;
+    EVP_PKEY *pkey;  /* file keys: the private key; token keys: public */
+    kl_p11_key *p11; /* token keys only */
     uint8_t ski[KL_SKI_LEN];
     kl_key_info info;
     size_t index;
@@ -21,6 +23,7 @@ struct kl_keystore {
     kl_key **table; /* open addressing by SKI, linear probing */
     size_t table_mask;
     kl_key_decoder *decoder; /* created on the first file */
+    kl_p11_set *p11;         /* created on the first URI */
 };
 
 /* One report line (opts.report, else the log). */
@@ -32,5 +35,11 @@ void kl_keystore_report(const kl_keystore *ks, int level, const char *path,
  * success). A duplicate SKI is reported and the new key dropped (KL_OK). */
 KL_WUR kl_status kl_keystore_insert(kl_keystore *ks, EVP_PKEY *pkey,
                                     const kl_key_info *info, const char *path);
+/* The same for a token key: pkey is its public key; takes ownership of p11
+ * as well. */
+KL_WUR kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
+                                        kl_p11_key *p11,
+                                        const kl_key_info *info,
+                                        const char *path);
 
 #endif
