@@ -1,0 +1,137 @@
+/* keylessd configuration (style.md 10): one table of options drives the
+ * YAML file, the KEYLESS_* environment, the command-line flags, validation
+ * and --help. Precedence: flag > environment > file > default.
+ *
+ * This is the minimal set the server needs; the drop-in issue extends the
+ * table with the rest of the reference's gokeyless.yaml keys. */
+#ifndef KL_CONFIG_CONFIG_H
+#define KL_CONFIG_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/status.h"
+#include "keyless/protocol.h"
+
+typedef enum kl_store_kind {
+    KL_STORE_DIR = 1,
+    KL_STORE_FILE = 2,
+} kl_store_kind;
+
+/* One entry of private_key_stores (or of --private-key-dirs/-files). */
+typedef struct kl_store_cfg {
+    kl_store_kind kind;
+    char *path;
+} kl_store_cfg;
+
+/* --test-delay=SKIHEX:MS (test only): requests on this key sleep first. */
+typedef struct kl_test_delay {
+    uint8_t ski[KL_SKI_LEN];
+    uint32_t ms;
+} kl_test_delay;
+
+typedef struct kl_config {
+    /* options (fields named as their YAML keys) */
+    int loglevel;
+    int port;
+    char *listen_address;
+    char *auth_cert;
+    char *auth_key;
+    char *cloudflare_ca_cert;
+    char *private_key_dirs;  /* comma list, added to the stores */
+    char *private_key_files; /* comma list, added to the stores */
+    bool allow_group_readable_keys;
+    int shards;  /* 0: number of CPUs */
+    int workers; /* 0: number of CPUs */
+    int max_inflight_per_conn;
+    int max_inflight;
+    uint64_t idle_timeout_ns;
+    uint64_t handshake_timeout_ns;
+    uint64_t drain_timeout_ns;
+    uint64_t max_queue_time_ns; /* 0: none */
+    bool tls13;
+    char *config_file;
+    char *test_delay; /* comma list of SKIHEX:MS */
+    bool help, version, check;
+
+    /* derived by kl_config_load() */
+    kl_store_cfg *stores; /* private_key_stores, then dirs, then files */
+    size_t nstores;
+    kl_test_delay *test_delays;
+    size_t ntest_delays;
+    const char *loaded_file; /* the config file read, or NULL */
+    /* Problems that do not stop startup (e.g. an unknown key, kept for
+     * compatibility with the reference), one line each, for the caller to
+     * log once the log level is known. */
+    char **warnings;
+    size_t nwarnings;
+} kl_config;
+
+/* A config holding every option's default. NULL on allocation failure. */
+kl_config *kl_config_new(void);
+void kl_config_free(kl_config *cfg);
+
+/* Applies, in order, the file (from -c/--config-file or KEYLESS_CONFIG_FILE,
+ * else ./gokeyless.yaml or ./gokeyless.yml if present), the environment
+ * (envp; NULL means the process environment) and argv (argv[0] is the program
+ * name). On failure returns KL_E_CONFIG with one message in err naming the
+ * file and line (or the flag or variable), the option and the fix. When --help
+ * or --version is given the rest is still parsed but not validated. */
+KL_WUR kl_status kl_config_load(kl_config *cfg, int argc, char *const *argv,
+                                char *const *envp, char *err, size_t errlen);
+
+/* Applies a YAML document from memory as if it were the config file `name`
+ * (for tests and the fuzzer). Derived fields are not updated. */
+KL_WUR kl_status kl_config_apply_yaml(kl_config *cfg, const char *name,
+                                      const uint8_t *text, size_t len,
+                                      char *err, size_t errlen);
+
+/* Writes --help, generated from the option table. */
+void kl_config_usage(FILE *out, const char *prog);
+
+/* ---- the option table (for --help and generated documentation) ---- */
+
+typedef enum kl_opt_type {
+    KL_OPT_INT,
+    KL_OPT_BOOL,
+    KL_OPT_STRING,
+    KL_OPT_DURATION, /* "10s", "500ms", "2m", "1h30m" */
+    KL_OPT_STORES,   /* YAML list of {dir: ...} / {file: ...} maps */
+    KL_OPT_MODE,     /* a flag without value: --help, --check */
+} kl_opt_type;
+
+enum {
+    KL_OPTF_RELOADABLE = 1u, /* may change at reload (drop-in issue) */
+    KL_OPTF_NO_YAML = 2u,    /* flag/environment only */
+    KL_OPTF_TEST_ONLY = 4u,  /* for tests; marked as such in --help */
+};
+
+typedef struct kl_option {
+    const char *name; /* YAML key and field name */
+    kl_opt_type type;
+    size_t offset;       /* of the field in kl_config */
+    int64_t min, max;    /* INT: value bounds; DURATION: in milliseconds */
+    const char *def;     /* default, as text parsed like any other value */
+    const char *env;     /* KEYLESS_* variable, or NULL */
+    const char *flag;    /* long flag without "--" ('-' and '_' both
+                            accepted), or NULL */
+    char short_flag;     /* or 0 */
+    const char *metavar; /* for --help */
+    const char *help;
+    unsigned flags; /* KL_OPTF_* */
+} kl_option;
+
+const kl_option *kl_config_options(size_t *count);
+/* The option with this YAML name, or NULL. */
+const kl_option *kl_config_find(const char *name);
+
+/* Value parsers shared by every source. On failure they write the problem
+ * (without location) into err and return KL_E_CONFIG. */
+KL_WUR kl_status kl_parse_duration(const char *s, uint64_t *ns);
+KL_WUR kl_status kl_parse_bool(const char *s, bool *out);
+/* Formats ns as the shortest exact duration ("1m30s", "500ms", "0s"). */
+void kl_format_duration(uint64_t ns, char *out, size_t cap);
+
+#endif

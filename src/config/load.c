@@ -1,0 +1,382 @@
+/* Putting the sources together: defaults, then the file, then the
+ * environment, then the flags (flag > environment > file > default), then
+ * the derived fields. Also --help, generated from the option table. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config/internal.h"
+
+extern char **environ;
+
+#define MAX_CONFIG_FILE (1u << 20)
+
+kl_config *kl_config_new(void)
+{
+    kl_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg)
+        return NULL;
+    size_t n;
+    const kl_option *opts = kl_config_options(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (!opts[i].def)
+            continue;
+        /* Defaults go through the same parser as user input, so --help's
+         * "default:" text is exactly what is applied. */
+        if (kl_opt_set(cfg, &opts[i], opts[i].def, NULL, 0) != KL_OK) {
+            kl_config_free(cfg);
+            return NULL;
+        }
+    }
+    return cfg;
+}
+
+void kl_config_free(kl_config *cfg)
+{
+    if (!cfg)
+        return;
+    size_t n;
+    const kl_option *opts = kl_config_options(&n);
+    for (size_t i = 0; i < n; i++)
+        if (opts[i].type == KL_OPT_STRING)
+            free(*(char **)((char *)cfg + opts[i].offset));
+    for (size_t i = 0; i < cfg->nstores; i++)
+        free(cfg->stores[i].path);
+    free(cfg->stores);
+    free(cfg->test_delays);
+    for (size_t i = 0; i < cfg->nwarnings; i++)
+        free(cfg->warnings[i]);
+    free(cfg->warnings);
+    free((char *)cfg->loaded_file);
+    free(cfg);
+}
+
+/* "--auth-cert" and "--auth_cert" name the same option. */
+static bool flag_matches(const char *given, size_t len, const char *flag)
+{
+    if (strlen(flag) != len)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char a = given[i] == '-' ? '_' : given[i];
+        char b = flag[i] == '-' ? '_' : flag[i];
+        if (a != b)
+            return false;
+    }
+    return true;
+}
+
+typedef struct flag_value {
+    const kl_option *opt;
+    const char *value;
+    const char *spelled; /* argv text, for errors */
+} flag_value;
+
+static kl_status scan_flags(int argc, char *const *argv, flag_value *out,
+                            size_t *nout, char *err, size_t errlen)
+{
+    size_t n;
+    const kl_option *opts = kl_config_options(&n);
+    *nout = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const kl_option *o = NULL;
+        const char *value = NULL;
+        if (a[0] == '-' && a[1] == '-' && a[2]) {
+            const char *name = a + 2, *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            for (size_t j = 0; j < n && !o; j++)
+                if (opts[j].flag && flag_matches(name, len, opts[j].flag))
+                    o = &opts[j];
+            if (!o)
+                return kl_cfg_fail(err, errlen, "unknown flag %.*s; see --help",
+                                   (int)len + 2, a);
+            if (eq)
+                value = eq + 1;
+        } else if (a[0] == '-' && a[1] && a[1] != '-') {
+            for (size_t j = 0; j < n && !o; j++)
+                if (opts[j].short_flag == a[1])
+                    o = &opts[j];
+            if (!o)
+                return kl_cfg_fail(err, errlen, "unknown flag -%c; see --help",
+                                   a[1]);
+            if (a[2])
+                value = a + 2;
+        } else {
+            return kl_cfg_fail(err, errlen,
+                               "unexpected argument \"%s\"; options are given "
+                               "as flags (see --help)",
+                               a);
+        }
+        if (o->type == KL_OPT_MODE || o->type == KL_OPT_BOOL) {
+            if (!value)
+                value = "true"; /* "--tls13" alone; "--tls13=false" */
+        } else if (!value) {
+            if (i + 1 >= argc)
+                return kl_cfg_fail(err, errlen, "flag %s: needs a value (%s)",
+                                   a, o->metavar ? o->metavar : "VALUE");
+            value = argv[++i];
+        }
+        out[(*nout)++] = (flag_value){o, value, a};
+    }
+    return KL_OK;
+}
+
+static const char *env_get(char *const *envp, const char *name)
+{
+    if (!envp)
+        return getenv(name);
+    size_t len = strlen(name);
+    for (; *envp; envp++)
+        if (strncmp(*envp, name, len) == 0 && (*envp)[len] == '=')
+            return *envp + len + 1;
+    return NULL;
+}
+
+static kl_status read_file(const char *path, uint8_t **buf, size_t *len,
+                           char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kl_cfg_fail(err, errlen,
+                           "%s: cannot open the configuration file: %s", path,
+                           strerror(errno));
+    uint8_t *b = malloc(MAX_CONFIG_FILE + 1);
+    size_t n = b ? fread(b, 1, MAX_CONFIG_FILE + 1, f) : 0;
+    bool bad = ferror(f);
+    fclose(f);
+    if (!b)
+        return KL_E_NOMEM;
+    if (bad || n > MAX_CONFIG_FILE) {
+        free(b);
+        return kl_cfg_fail(err, errlen, "%s: %s", path,
+                           bad ? "read error" : "larger than 1 MiB");
+    }
+    *buf = b;
+    *len = n;
+    return KL_OK;
+}
+
+static kl_status apply_file(kl_config *cfg, const char *path, char *err,
+                            size_t errlen)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    KL_GUARD(read_file(path, &buf, &len, err, errlen));
+    kl_status st = kl_config_apply_yaml(cfg, path, buf, len, err, errlen);
+    free(buf);
+    if (st == KL_OK) {
+        free((char *)cfg->loaded_file);
+        cfg->loaded_file = strdup(path);
+    }
+    return st;
+}
+
+static kl_status split_stores(kl_config *cfg, const char *list,
+                              kl_store_kind kind)
+{
+    if (!list)
+        return KL_OK;
+    char *copy = strdup(list), *save = NULL;
+    KL_ENSURE(copy != NULL, KL_E_NOMEM);
+    kl_status st = KL_OK;
+    for (char *p = strtok_r(copy, ",", &save); p && st == KL_OK;
+         p = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p)
+            st = kl_cfg_add_store(cfg, kind, p);
+    }
+    free(copy);
+    return st;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (char)tolower((unsigned char)c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static bool parse_ski(const char *hex, uint8_t ski[KL_SKI_LEN])
+{
+    if (strlen(hex) != 2 * KL_SKI_LEN)
+        return false;
+    for (size_t i = 0; i < KL_SKI_LEN; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        ski[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return true;
+}
+
+static kl_status parse_test_delays(kl_config *cfg, char *err, size_t errlen)
+{
+    if (!cfg->test_delay || !*cfg->test_delay)
+        return KL_OK;
+    char *copy = strdup(cfg->test_delay), *save = NULL;
+    KL_ENSURE(copy != NULL, KL_E_NOMEM);
+    kl_status st = KL_OK;
+    for (char *p = strtok_r(copy, ",", &save); p && st == KL_OK;
+         p = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(p, ':');
+        kl_test_delay d;
+        char *end = NULL;
+        unsigned long ms = 0;
+        if (colon) {
+            *colon = 0;
+            errno = 0;
+            ms = strtoul(colon + 1, &end, 10);
+        }
+        if (!colon || !parse_ski(p, d.ski) || !end || end == colon + 1 ||
+            *end || errno || ms > 600000) {
+            st = kl_cfg_fail(err, errlen,
+                             "test_delay: \"%s\" must be SKIHEX:MILLISECONDS "
+                             "(40 hex digits, at most 600000 ms)",
+                             cfg->test_delay);
+            break;
+        }
+        d.ms = (uint32_t)ms;
+        kl_test_delay *v =
+            realloc(cfg->test_delays, (cfg->ntest_delays + 1) * sizeof *v);
+        if (!v) {
+            st = KL_E_NOMEM;
+            break;
+        }
+        cfg->test_delays = v;
+        v[cfg->ntest_delays++] = d;
+    }
+    free(copy);
+    return st;
+}
+
+kl_status kl_config_load(kl_config *cfg, int argc, char *const *argv,
+                         char *const *envp, char *err, size_t errlen)
+{
+    size_t n;
+    const kl_option *opts = kl_config_options(&n);
+    char msg[384];
+    flag_value *flags = calloc((size_t)(argc > 0 ? argc : 1), sizeof *flags);
+    KL_ENSURE(flags != NULL, KL_E_NOMEM);
+    size_t nflags = 0;
+    kl_status st = scan_flags(argc, argv, flags, &nflags, err, errlen);
+    if (st != KL_OK)
+        goto out;
+
+    /* The file: its name can only come from a flag or the environment. */
+    const char *file = env_get(envp, "KEYLESS_CONFIG_FILE");
+    for (size_t i = 0; i < nflags; i++)
+        if (strcmp(flags[i].opt->name, "config_file") == 0)
+            file = flags[i].value;
+    if (!file) {
+        static const char *const search[] = {"gokeyless.yaml", "gokeyless.yml"};
+        struct stat sb;
+        for (size_t i = 0; i < 2 && !file; i++)
+            if (stat(search[i], &sb) == 0)
+                file = search[i];
+    }
+    if (file && (st = apply_file(cfg, file, err, errlen)) != KL_OK)
+        goto out;
+
+    for (size_t i = 0; i < n; i++) {
+        const char *v = opts[i].env ? env_get(envp, opts[i].env) : NULL;
+        if (!v)
+            continue;
+        if ((st = kl_opt_set(cfg, &opts[i], v, msg, sizeof msg)) != KL_OK) {
+            kl_cfg_fail(err, errlen, "environment %s: %s", opts[i].env, msg);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < nflags; i++) {
+        st = kl_opt_set(cfg, flags[i].opt, flags[i].value, msg, sizeof msg);
+        if (st != KL_OK) {
+            kl_cfg_fail(err, errlen, "flag %s: %s", flags[i].spelled, msg);
+            goto out;
+        }
+    }
+    if (cfg->help || cfg->version)
+        goto out;
+
+    if ((st = split_stores(cfg, cfg->private_key_dirs, KL_STORE_DIR)) ||
+        (st = split_stores(cfg, cfg->private_key_files, KL_STORE_FILE)) ||
+        (st = parse_test_delays(cfg, err, errlen)))
+        goto out;
+    if (!cfg->listen_address || !*cfg->listen_address)
+        st = kl_cfg_fail(err, errlen,
+                         "listen_address: must not be empty; use 0.0.0.0 for "
+                         "every IPv4 address");
+out:
+    free(flags);
+    return st;
+}
+
+/* Prints text from column `col`, wrapped at 79 columns. */
+static void wrap(FILE *out, const char *text, int col)
+{
+    int x = col;
+    while (*text) {
+        const char *sp = strchr(text, ' ');
+        int w = sp ? (int)(sp - text) : (int)strlen(text);
+        if (x > col && x + 1 + w > 79) {
+            fprintf(out, "\n%*s", col, "");
+            x = col;
+        }
+        if (x > col) {
+            fputc(' ', out);
+            x++;
+        }
+        fprintf(out, "%.*s", w, text);
+        x += w;
+        text += w;
+        while (*text == ' ')
+            text++;
+    }
+}
+
+void kl_config_usage(FILE *out, const char *prog)
+{
+    size_t n;
+    const kl_option *opts = kl_config_options(&n);
+    fprintf(out,
+            "Usage: %s [flags]\n"
+            "The Keyless SSL key server. Every option can also be set in the "
+            "YAML file\n(under its name) and in the environment (KEYLESS_*); "
+            "flags win over the\nenvironment, which wins over the file.\n\n",
+            prog);
+    for (size_t i = 0; i < n; i++) {
+        const kl_option *o = &opts[i];
+        char left[96];
+        const char *mv = o->metavar ? o->metavar : "";
+        const char *sp = o->metavar ? " " : "";
+        if (o->flag && o->short_flag)
+            snprintf(left, sizeof left, "  -%c, --%s%s%s", o->short_flag,
+                     o->flag, sp, mv);
+        else if (o->flag)
+            snprintf(left, sizeof left, "      --%s%s%s", o->flag, sp, mv);
+        else
+            snprintf(left, sizeof left, "      %s: (file only)", o->name);
+        char text[640];
+        size_t t = (size_t)snprintf(text, sizeof text, "%s", o->help);
+        if (o->def && o->type != KL_OPT_MODE && t < sizeof text)
+            t += (size_t)snprintf(text + t, sizeof text - t, " (default: %s)",
+                                  o->def);
+        if ((o->flags & KL_OPTF_NO_YAML) == 0 && t < sizeof text)
+            t += (size_t)snprintf(text + t, sizeof text - t, " [file: %s]",
+                                  o->name);
+        if (o->env && t < sizeof text)
+            t += (size_t)snprintf(text + t, sizeof text - t, " [env: %s]",
+                                  o->env);
+        if ((o->flags & KL_OPTF_RELOADABLE) && t < sizeof text)
+            snprintf(text + t, sizeof text - t, " [reloadable]");
+        if (strlen(left) > 32)
+            fprintf(out, "%s\n%-32s", left, "");
+        else
+            fprintf(out, "%-32s", left);
+        wrap(out, text, 32);
+        fputc('\n', out);
+    }
+}

@@ -1,0 +1,175 @@
+/* The epoll loop. Level-triggered: an owner that stops reading removes its
+ * read interest instead of leaving bytes unread under an edge trigger, which
+ * keeps backpressure (protocol P8) a matter of one kl_watch_set(). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/time.h"
+#include "loop/internal.h"
+
+static uint32_t to_epoll(unsigned ev)
+{
+    uint32_t e = 0;
+    if (ev & KL_EV_READ)
+        e |= EPOLLIN;
+    if (ev & KL_EV_WRITE)
+        e |= EPOLLOUT;
+    return e;
+}
+
+static void on_wake(kl_loop *l, kl_watch *w, unsigned events)
+{
+    uint64_t v;
+    /* Clear the flag before reading so that a wake racing with this call
+     * writes the eventfd again rather than being lost. */
+    atomic_store(&l->wake_pending, false);
+    while (read(w->fd, &v, sizeof v) < 0 && errno == EINTR)
+        ;
+    if (l->wake_fn)
+        l->wake_fn(l, l->wake_arg);
+}
+
+kl_loop *kl_loop_new(void)
+{
+    kl_loop *l = calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    l->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    atomic_init(&l->wake_pending, false);
+    l->now_ns = kl_now_ns();
+    if (l->epfd < 0 || l->wakefd < 0 ||
+        kl_watch_start(l, &l->wake_watch, l->wakefd, KL_EV_READ, on_wake,
+                       NULL) != KL_OK) {
+        kl_loop_free(l);
+        return NULL;
+    }
+    return l;
+}
+
+void kl_loop_free(kl_loop *l)
+{
+    if (!l)
+        return;
+    if (l->epfd >= 0)
+        close(l->epfd);
+    if (l->wakefd >= 0)
+        close(l->wakefd);
+    free(l->heap);
+    free(l);
+}
+
+uint64_t kl_loop_now(const kl_loop *l)
+{
+    return l->now_ns;
+}
+
+void kl_loop_stop(kl_loop *l)
+{
+    l->stop = true;
+}
+
+void kl_loop_set_wake_fn(kl_loop *l, kl_loop_wake_fn fn, void *arg)
+{
+    l->wake_fn = fn;
+    l->wake_arg = arg;
+}
+
+void kl_loop_set_before_sleep(kl_loop *l, kl_loop_hook_fn fn, void *arg)
+{
+    l->before_sleep = fn;
+    l->before_sleep_arg = arg;
+}
+
+void kl_loop_wake(kl_loop *l)
+{
+    if (atomic_exchange(&l->wake_pending, true))
+        return; /* a wake-up is already on its way */
+    uint64_t one = 1;
+    while (write(l->wakefd, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+}
+
+kl_status kl_watch_start(kl_loop *l, kl_watch *w, int fd, unsigned events,
+                         kl_watch_fn fn, void *data)
+{
+    struct epoll_event ev = {.events = to_epoll(events), .data.ptr = w};
+    w->fd = fd;
+    w->fn = fn;
+    w->data = data;
+    w->interest = events;
+    KL_ENSURE(epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) == 0, KL_E_IO);
+    w->active = true;
+    return KL_OK;
+}
+
+kl_status kl_watch_set(kl_loop *l, kl_watch *w, unsigned events)
+{
+    KL_ENSURE(w->active, KL_E_INTERNAL);
+    if (w->interest == events)
+        return KL_OK;
+    struct epoll_event ev = {.events = to_epoll(events), .data.ptr = w};
+    KL_ENSURE(epoll_ctl(l->epfd, EPOLL_CTL_MOD, w->fd, &ev) == 0, KL_E_IO);
+    w->interest = events;
+    return KL_OK;
+}
+
+void kl_watch_stop(kl_loop *l, kl_watch *w)
+{
+    if (!w->active)
+        return;
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+    w->active = false;
+    for (int i = l->cur_event + 1; i < l->nevents; i++)
+        if (l->events[i].data.ptr == w)
+            l->events[i].data.ptr = NULL;
+}
+
+kl_status kl_loop_run_once(kl_loop *l, int timeout_ms)
+{
+    l->stop = false;
+    if (l->before_sleep && l->before_sleep(l, l->before_sleep_arg))
+        timeout_ms = 0;
+    if (l->stop)
+        return KL_OK;
+    int t = kl_loop_timer_timeout_ms(l);
+    if (t >= 0 && (timeout_ms < 0 || t < timeout_ms))
+        timeout_ms = t;
+    int n = epoll_wait(l->epfd, l->events, KL_LOOP_MAX_EVENTS, timeout_ms);
+    if (n < 0) {
+        KL_ENSURE(errno == EINTR, KL_E_IO);
+        n = 0;
+    }
+    l->now_ns = kl_now_ns();
+    l->nevents = n;
+    for (l->cur_event = 0; l->cur_event < n && !l->stop; l->cur_event++) {
+        struct epoll_event *e = &l->events[l->cur_event];
+        kl_watch *w = e->data.ptr;
+        if (!w)
+            continue; /* stopped earlier in this batch */
+        unsigned ev = 0;
+        if (e->events & EPOLLIN)
+            ev |= KL_EV_READ;
+        if (e->events & EPOLLOUT)
+            ev |= KL_EV_WRITE;
+        if (e->events & (EPOLLERR | EPOLLHUP))
+            ev |= KL_EV_ERROR;
+        w->fn(l, w, ev);
+    }
+    l->nevents = 0;
+    l->cur_event = 0;
+    if (!l->stop)
+        kl_loop_run_timers(l);
+    return KL_OK;
+}
+
+kl_status kl_loop_run(kl_loop *l)
+{
+    do
+        KL_GUARD(kl_loop_run_once(l, -1));
+    while (!l->stop);
+    return KL_OK;
+}

@@ -1,0 +1,155 @@
+/* Private to src/server: shards, connections, jobs. Threading rule
+ * (style.md 7): a connection and everything in a shard except its
+ * completion queue are touched only by the shard's thread; workers touch a
+ * job only between kl_pool_submit() and pushing it onto the queue. */
+#ifndef KL_SERVER_INTERNAL_H
+#define KL_SERVER_INTERNAL_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "loop/loop.h"
+#include "server/outbuf.h"
+#include "server/server.h"
+
+#define KL_READS_PER_WAKE 16   /* TLS reads per connection per wake-up */
+#define KL_WRITES_PER_FLUSH 16 /* TLS writes per connection per turn */
+#define KL_ACCEPTS_PER_WAKE 8  /* style.md 8 */
+#define KL_IN_INITIAL (16u * 1024u)
+
+typedef struct kl_shard kl_shard;
+typedef struct kl_conn kl_conn;
+
+/* A counter with one writer (its shard) and relaxed readers (style.md 11). */
+typedef _Atomic uint64_t kl_counter;
+#define KL_COUNT(c) KL_COUNT_N(c, 1)
+#define KL_COUNT_N(c, n)                                                       \
+    atomic_store_explicit(                                                     \
+        &(c), atomic_load_explicit(&(c), memory_order_relaxed) + (n),          \
+        memory_order_relaxed)
+
+typedef struct kl_shard_stats {
+    kl_counter accepted, handshakes, handshake_failed, health_checks, requests,
+        responses, errors, shed, version_mismatch, stray_bytes, idle_closed,
+        read_pauses;
+} kl_shard_stats;
+
+typedef enum kl_conn_state {
+    KL_CONN_HANDSHAKE,
+    KL_CONN_OPEN,
+    KL_CONN_DRAINING, /* not reading; finishing in-flight work */
+    KL_CONN_CLOSED,   /* socket gone; freed once no job refers to it */
+} kl_conn_state;
+
+struct kl_conn {
+    kl_shard *shard;
+    kl_conn *prev, *next; /* the shard's live list, or its closed list */
+    kl_conn *ready_next;  /* has input to process next turn */
+    kl_conn *dirty_next;  /* has output to flush this turn */
+    bool on_ready, on_dirty;
+    kl_conn_state state;
+    int fd;
+    kl_watch watch;
+    kl_tls_conn *tls;
+    unsigned hs_want;      /* KL_EV_* the handshake waits for */
+    bool read_wants_write; /* TLS read needs the socket writable */
+    bool write_wants_read; /* TLS write needs the socket readable */
+    bool write_blocked;    /* TLS write waits for writability */
+    bool paused;           /* read interest removed by a limit */
+    bool logged_version;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    kl_outbuf out;
+    uint32_t inflight;
+    uint64_t last_req_ns;
+    kl_timer timer; /* handshake deadline, idle timeout or drain deadline */
+    char addr[INET6_ADDRSTRLEN + 8];
+    char peer[96]; /* client certificate name, after the handshake */
+};
+
+/* A crypto job as the server submits it: the pool's job first, then what
+ * the shard needs to answer it, then the payload copy, the output buffer
+ * and the request id. */
+typedef struct kl_srv_job {
+    kl_job job;
+    kl_conn *conn;
+    uint32_t id;
+    const char *request_id; /* NULL or points into data */
+    uint8_t data[];
+} kl_srv_job;
+
+struct kl_shard {
+    kl_server *srv;
+    int index;
+    pthread_t thread;
+    bool started;
+    kl_loop *loop;
+    int listen_fd;
+    kl_watch listen_watch;
+    kl_timer accept_retry;
+    kl_conn *live; /* doubly linked */
+    size_t nlive;
+    kl_conn *closed; /* closed, waiting for jobs (zombies) */
+    kl_conn *ready, *dirty;
+    bool paused_global; /* some connection waits on the process cap */
+    atomic_bool global_blocked;
+    bool draining;
+    bool drain_expired;
+    kl_timer drain_timer;
+    pthread_mutex_t done_mu; /* completion queue: workers push, shard takes */
+    kl_job *done_head;
+    kl_shard_stats st;
+};
+
+struct kl_server {
+    kl_server_opts o;
+    char *listen_address;
+    kl_server_delay *delays;
+    uint16_t port;
+    int nshards;
+    kl_shard *shards;
+    atomic_uint inflight; /* process-wide requests in flight */
+    atomic_bool stopping;
+};
+
+static inline const char *kl_conn_peer_label(const kl_conn *c)
+{
+    return c->peer[0] ? c->peer : "-";
+}
+
+/* Why a connection must not be read now (protocol P8 limits). */
+enum { KL_CAN_READ = 0, KL_NOT_OPEN, KL_CONN_LIMIT, KL_PROCESS_LIMIT };
+
+/* conn.c */
+int kl_conn_read_block(const kl_conn *c);
+/* Closes with one log line at level: "<what>: <why>". */
+void kl_conn_close_with(kl_conn *c, int level, const char *what,
+                        const char *why);
+void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa);
+void kl_conn_read(kl_conn *c);
+void kl_conn_flush(kl_conn *c);
+void kl_conn_complete(kl_conn *c, kl_srv_job *j);
+void kl_conn_update_interest(kl_conn *c);
+void kl_conn_drain(kl_conn *c);
+void kl_conn_close(kl_conn *c);
+void kl_conn_free(kl_conn *c);
+bool kl_conn_done_draining(kl_conn *c);
+
+/* request.c */
+void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
+                            const uint8_t *body, size_t len);
+
+/* shard.c */
+void kl_shard_mark_ready(kl_shard *s, kl_conn *c);
+void kl_shard_mark_dirty(kl_shard *s, kl_conn *c);
+KL_WUR kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index,
+                               char *err, size_t errlen);
+void kl_shard_destroy(kl_shard *s);
+void *kl_shard_main(void *arg);
+/* The pool's done callback, on a worker thread: queue the job to its shard
+ * and wake the shard. */
+void kl_shard_job_done(kl_job *job);
+
+#endif

@@ -1,0 +1,179 @@
+/* Requests and their answers (protocol P2, P3, P4, P6, P9): dispatch,
+ * key lookup, jobs for the worker pool, and encoding what comes back. Runs
+ * on the connection's shard thread. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "crypto/ops.h"
+#include "server/dispatch.h"
+#include "server/internal.h"
+
+static void answer_error(kl_conn *c, uint32_t id, uint8_t err,
+                         const char *request_id, const char *detail)
+{
+    kl_shard *s = c->shard;
+    KL_COUNT(s->st.errors);
+    kl_debug("connection %s (client %s): request %u%s%s%s: %s%s%s", c->addr,
+             kl_conn_peer_label(c), id, request_id ? " (request_id " : "",
+             request_id ? request_id : "", request_id ? ")" : "",
+             kl_err_text(err), detail ? ": " : "", detail ? detail : "");
+    if (kl_outbuf_error(&c->out, id, err) != KL_OK) {
+        kl_conn_close_with(c, KL_LOG_ERROR, "closed",
+                           "out of memory for a response");
+        return;
+    }
+    KL_COUNT(s->st.responses);
+    kl_shard_mark_dirty(s, c);
+}
+
+void kl_conn_complete(kl_conn *c, kl_srv_job *j)
+{
+    kl_shard *s = c->shard;
+    c->inflight--;
+    atomic_fetch_sub(&s->srv->inflight, 1);
+    if (c->state == KL_CONN_CLOSED)
+        return; /* nobody to answer; the shard frees c when inflight is 0 */
+    if (j->job.err != KL_ERR_NONE) {
+        if (j->job.err == KL_ERR_INTERNAL)
+            KL_COUNT(s->st.shed); /* deadline passed before it ran */
+        answer_error(c, j->id, j->job.err, j->request_id,
+                     kl_op_name(j->job.opcode));
+    } else if (kl_outbuf_response(&c->out, j->id, KL_OP_RESPONSE, j->job.out,
+                                  j->job.out_len) != KL_OK) {
+        answer_error(c, j->id, KL_ERR_INTERNAL, j->request_id,
+                     "response does not fit");
+    } else {
+        KL_COUNT(s->st.responses);
+        kl_shard_mark_dirty(s, c);
+    }
+    if (c->state != KL_CONN_CLOSED)
+        kl_conn_update_interest(c);
+}
+
+static uint64_t test_delay_us(const kl_server *srv, const uint8_t *ski)
+{
+    for (size_t i = 0; i < srv->o.ntest_delays; i++)
+        if (memcmp(srv->delays[i].ski, ski, KL_SKI_LEN) == 0)
+            return srv->delays[i].delay_us;
+    return 0;
+}
+
+static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
+                   const kl_req_context *ctx)
+{
+    kl_shard *s = c->shard;
+    kl_server *srv = s->srv;
+    uint32_t id = req->hdr.id;
+    const char *rid = ctx && ctx->request_id[0] ? ctx->request_id : NULL;
+    size_t plen = req->payload.len, outcap = kl_crypto_max_output(key);
+    size_t ridlen = rid ? strlen(rid) + 1 : 0;
+    kl_srv_job *j = malloc(sizeof *j + plen + outcap + ridlen);
+    if (!j) {
+        answer_error(c, id, KL_ERR_INTERNAL, rid, "out of memory");
+        return;
+    }
+    memset(&j->job, 0, sizeof j->job);
+    if (plen)
+        memcpy(j->data, req->payload.ptr, plen);
+    j->job.key = key;
+    j->job.opcode = req->opcode;
+    j->job.in = j->data;
+    j->job.in_len = plen;
+    j->job.out = j->data + plen;
+    j->job.out_cap = outcap;
+    j->job.owner = s;
+    j->conn = c;
+    j->id = id;
+    j->request_id = NULL;
+    if (rid) {
+        memcpy(j->data + plen + outcap, rid, ridlen);
+        j->request_id = (const char *)(j->data + plen + outcap);
+    }
+    /* P9 deadline_ms, and the configured cap on queueing time: past
+     * either, the pool answers `internal error` without doing the work. */
+    uint64_t now = kl_loop_now(s->loop), deadline = 0;
+    if (ctx && ctx->has_deadline)
+        deadline = now + (uint64_t)ctx->deadline_ms * 1000000u;
+    if (srv->o.max_queue_time_ns &&
+        (!deadline || now + srv->o.max_queue_time_ns < deadline))
+        deadline = now + srv->o.max_queue_time_ns;
+    j->job.deadline_ns = deadline;
+    if (srv->o.ntest_delays)
+        j->job.test_delay_us = test_delay_us(srv, req->ski);
+    j->job.done = kl_shard_job_done;
+
+    c->inflight++;
+    atomic_fetch_add(&srv->inflight, 1);
+    if (kl_pool_submit(srv->o.pool, &j->job) != KL_OK) {
+        /* P6 shedding: the class queue is full; answer fast. */
+        c->inflight--;
+        atomic_fetch_sub(&srv->inflight, 1);
+        free(j);
+        KL_COUNT(s->st.shed);
+        answer_error(c, id, KL_ERR_INTERNAL, rid, "work queue full");
+    }
+}
+
+void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
+                            const uint8_t *body, size_t len)
+{
+    kl_shard *s = c->shard;
+    KL_COUNT(s->st.requests);
+    c->last_req_ns = kl_loop_now(s->loop);
+    /* P2: versions are not checked; count and note the first. */
+    if (hdr->major != KL_VERSION_MAJOR) {
+        KL_COUNT(s->st.version_mismatch);
+        if (!c->logged_version) {
+            c->logged_version = true;
+            kl_debug("connection %s (client %s): request with version %u.%u "
+                     "served as 1.0",
+                     c->addr, kl_conn_peer_label(c), hdr->major, hdr->minor);
+        }
+    }
+    kl_request req;
+    kl_status st = kl_request_parse(body, len, &req);
+    if (st == KL_OK)
+        req.hdr = *hdr;
+    kl_req_context ctx, *pctx = NULL;
+    if (st == KL_OK && req.stray_bytes)
+        KL_COUNT(s->st.stray_bytes);
+    /* Tag 0x16 is parsed only when present: most requests lack it. */
+    if (st == KL_OK && req.req_context.ptr) {
+        if (kl_req_context_parse(req.req_context.ptr, req.req_context.len,
+                                 &ctx) == KL_OK)
+            pctx = &ctx;
+        else
+            kl_debug("connection %s: request %u: request context is not a "
+                     "JSON object; ignored",
+                     c->addr, hdr->id);
+    }
+    const char *rid = pctx && pctx->request_id[0] ? pctx->request_id : NULL;
+    kl_disp d = kl_dispatch_decide(st, &req);
+    switch (d.kind) {
+    case KL_DISP_ERROR:
+        answer_error(c, hdr->id, d.err, rid,
+                     st != KL_OK ? kl_status_str(st) : kl_op_name(req.opcode));
+        return;
+    case KL_DISP_PONG:
+        if (kl_outbuf_response(&c->out, hdr->id, KL_OP_PONG, req.payload.ptr,
+                               req.payload.len) != KL_OK) {
+            answer_error(c, hdr->id, KL_ERR_INTERNAL, rid, "pong too large");
+            return;
+        }
+        KL_COUNT(s->st.responses);
+        kl_shard_mark_dirty(s, c);
+        return;
+    case KL_DISP_KEY_OP: {
+        const kl_key *key = kl_keystore_find(s->srv->o.keys, req.ski);
+        if (!key) {
+            char hex[2 * KL_SKI_LEN + 1];
+            kl_ski_hex(req.ski, hex);
+            answer_error(c, hdr->id, KL_ERR_KEY_NOT_FOUND, rid, hex);
+            return;
+        }
+        submit(c, &req, key, pctx);
+        return;
+    }
+    }
+}

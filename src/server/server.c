@@ -1,0 +1,223 @@
+/* Creating, starting and stopping the shards. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "server/internal.h"
+
+#define SEC 1000000000ull
+
+static void apply_defaults(kl_server_opts *o)
+{
+    if (!o->max_inflight_per_conn)
+        o->max_inflight_per_conn = 1024;
+    if (!o->max_inflight)
+        o->max_inflight = 65536;
+    if (!o->max_output)
+        o->max_output = 8u << 20;
+    if (!o->idle_timeout_ns)
+        o->idle_timeout_ns = 30 * SEC;
+    if (!o->handshake_timeout_ns)
+        o->handshake_timeout_ns = 10 * SEC;
+    if (o->shards <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o->shards = n > 0 ? (int)n : 1;
+    }
+}
+
+/* One listening socket per shard on the same address (SO_REUSEPORT): the
+ * kernel spreads new connections over the shards without a shared accept
+ * lock. */
+static int listen_on(const char *addr, uint16_t port, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, addr, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons(port);
+        len = sizeof *a4;
+    } else if (inet_pton(AF_INET6, addr, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons(port);
+        len = sizeof *a6;
+    } else {
+        snprintf(err, errlen,
+                 "listen_address: \"%s\" is not a numeric IPv4 or IPv6 "
+                 "address; use e.g. 0.0.0.0, 127.0.0.1 or ::",
+                 addr);
+        return -1;
+    }
+    int fd =
+        socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create a socket: %s", strerror(errno));
+        return -1;
+    }
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+        snprintf(err, errlen, "SO_REUSEPORT: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (ss.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    if (bind(fd, (struct sockaddr *)&ss, len) != 0 ||
+        listen(fd, SOMAXCONN) != 0) {
+        snprintf(err, errlen, "cannot listen on %s%s%s:%u: %s%s",
+                 ss.ss_family == AF_INET6 ? "[" : "", addr,
+                 ss.ss_family == AF_INET6 ? "]" : "", port, strerror(errno),
+                 errno == EADDRINUSE ? " (another server on this port? change "
+                                       "port or stop it)"
+                                     : "");
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static uint16_t bound_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
+{
+    kl_server *srv = calloc(1, sizeof *srv);
+    if (!srv) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    srv->o = *o;
+    apply_defaults(&srv->o);
+    atomic_init(&srv->inflight, 0);
+    atomic_init(&srv->stopping, false);
+    srv->listen_address =
+        strdup(o->listen_address ? o->listen_address : "0.0.0.0");
+    srv->o.listen_address = srv->listen_address;
+    if (o->ntest_delays) {
+        srv->delays = calloc(o->ntest_delays, sizeof *srv->delays);
+        if (srv->delays)
+            memcpy(srv->delays, o->test_delays,
+                   o->ntest_delays * sizeof *srv->delays);
+    }
+    srv->o.test_delays = srv->delays;
+    srv->shards = calloc((size_t)srv->o.shards, sizeof *srv->shards);
+    if (!srv->listen_address || (o->ntest_delays && !srv->delays) ||
+        !srv->shards) {
+        snprintf(err, errlen, "out of memory");
+        kl_server_free(srv);
+        return NULL;
+    }
+    srv->port = o->port;
+    for (int i = 0; i < srv->o.shards; i++) {
+        kl_shard *s = &srv->shards[i];
+        if (kl_shard_init(s, srv, i, err, errlen) != KL_OK) {
+            kl_server_free(srv);
+            return NULL;
+        }
+        srv->nshards++;
+        s->listen_fd = listen_on(srv->listen_address, srv->port, err, errlen);
+        if (s->listen_fd < 0) {
+            kl_server_free(srv);
+            return NULL;
+        }
+        /* With port 0 the first shard picks; the others join it. */
+        if (srv->port == 0)
+            srv->port = bound_port(s->listen_fd);
+    }
+    return srv;
+}
+
+uint16_t kl_server_port(const kl_server *s)
+{
+    return s->port;
+}
+
+int kl_server_shards(const kl_server *s)
+{
+    return s->nshards;
+}
+
+kl_status kl_server_start(kl_server *srv)
+{
+    for (int i = 0; i < srv->nshards; i++) {
+        kl_shard *s = &srv->shards[i];
+        if (pthread_create(&s->thread, NULL, kl_shard_main, s) != 0) {
+            kl_error("cannot start shard thread %d: %s", i, strerror(errno));
+            kl_server_shutdown(srv);
+            return KL_E_INTERNAL;
+        }
+        s->started = true;
+    }
+    return KL_OK;
+}
+
+void kl_server_shutdown(kl_server *srv)
+{
+    atomic_store(&srv->stopping, true);
+    for (int i = 0; i < srv->nshards; i++)
+        kl_loop_wake(srv->shards[i].loop);
+}
+
+void kl_server_wait(kl_server *srv)
+{
+    for (int i = 0; i < srv->nshards; i++) {
+        kl_shard *s = &srv->shards[i];
+        if (s->started) {
+            pthread_join(s->thread, NULL);
+            s->started = false;
+        }
+    }
+}
+
+void kl_server_free(kl_server *srv)
+{
+    if (!srv)
+        return;
+    kl_server_shutdown(srv);
+    kl_server_wait(srv);
+    for (int i = 0; i < srv->nshards; i++)
+        kl_shard_destroy(&srv->shards[i]);
+    free(srv->shards);
+    free(srv->delays);
+    free(srv->listen_address);
+    free(srv);
+}
+
+void kl_server_get_stats(const kl_server *srv, kl_server_stats *out)
+{
+    memset(out, 0, sizeof *out);
+#define SUM(f) out->f += atomic_load_explicit(&s->st.f, memory_order_relaxed)
+    for (int i = 0; i < srv->nshards; i++) {
+        kl_shard *s = &srv->shards[i];
+        SUM(accepted);
+        SUM(handshakes);
+        SUM(handshake_failed);
+        SUM(health_checks);
+        SUM(requests);
+        SUM(responses);
+        SUM(errors);
+        SUM(shed);
+        SUM(version_mismatch);
+        SUM(stray_bytes);
+        SUM(idle_closed);
+        SUM(read_pauses);
+    }
+#undef SUM
+}

@@ -1,0 +1,80 @@
+/* keylessd's serving core (architecture 2, protocol P1/P2/P5/P6/P8): shards
+ * (one epoll loop thread each, own SO_REUSEPORT listener, connections for
+ * life), mutual TLS, request dispatch, crypto handed to the worker pool,
+ * completions returned to the owning shard and written as soon as they are
+ * ready, limits with backpressure, idle timeout and drain.
+ *
+ * Life cycle: kl_server_new (binds, so address errors surface at startup)
+ * -> kl_server_start -> ... -> kl_server_shutdown (from any thread) ->
+ * kl_server_wait -> kl_pool_free (the pool may still call back into the
+ * server's completion queues until then) -> kl_server_free. */
+#ifndef KL_SERVER_SERVER_H
+#define KL_SERVER_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "crypto/pool.h"
+#include "keys/keystore.h"
+#include "tls/tls.h"
+
+typedef struct kl_server kl_server;
+
+/* Test hook (--test-delay): requests on this key sleep before executing. */
+typedef struct kl_server_delay {
+    uint8_t ski[KL_SKI_LEN];
+    uint64_t delay_us;
+} kl_server_delay;
+
+typedef struct kl_server_opts {
+    const char *listen_address;     /* numeric IPv4 or IPv6 */
+    uint16_t port;                  /* 0: an ephemeral port (tests) */
+    int shards;                     /* 0: number of CPUs */
+    kl_tls_ctx *tls;                /* server context, not owned */
+    const kl_keystore *keys;        /* not owned */
+    kl_pool *pool;                  /* not owned */
+    uint32_t max_inflight_per_conn; /* 0: 1024 */
+    uint32_t max_inflight;          /* 0: 65536 */
+    size_t max_output;              /* per connection; 0: 8 MiB */
+    uint64_t idle_timeout_ns;       /* 0: 30 s */
+    uint64_t handshake_timeout_ns;  /* 0: 10 s */
+    uint64_t drain_timeout_ns;      /* 0: none (close at once) */
+    uint64_t max_queue_time_ns;     /* 0: no limit */
+    const kl_server_delay *test_delays;
+    size_t ntest_delays;
+} kl_server_opts;
+
+/* Creates the shards and binds their listening sockets. On failure returns
+ * NULL with a message (naming the address) in err. */
+kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen);
+/* The bound port (useful with port 0). */
+uint16_t kl_server_port(const kl_server *s);
+int kl_server_shards(const kl_server *s);
+KL_WUR kl_status kl_server_start(kl_server *s);
+/* Thread-safe, returns at once: stop accepting, stop reading, finish what
+ * is in flight (up to drain_timeout), flush, close. */
+void kl_server_shutdown(kl_server *s);
+/* Joins the shard threads (after kl_server_shutdown). */
+void kl_server_wait(kl_server *s);
+void kl_server_free(kl_server *s);
+
+/* Counters, summed over shards (style.md 11). */
+typedef struct kl_server_stats {
+    uint64_t accepted;
+    uint64_t handshakes;       /* completed */
+    uint64_t handshake_failed; /* refused or broken handshakes */
+    uint64_t health_checks;    /* closed before any handshake byte (P1) */
+    uint64_t requests;
+    uint64_t responses;
+    uint64_t errors;           /* error responses, any code */
+    uint64_t shed;             /* queue full or deadline passed (P6) */
+    uint64_t version_mismatch; /* major version != 1, served anyway (P2) */
+    uint64_t stray_bytes;      /* requests with 1-2 stray bytes (P3) */
+    uint64_t idle_closed;
+    uint64_t read_pauses; /* times a connection stopped being read */
+} kl_server_stats;
+
+void kl_server_get_stats(const kl_server *s, kl_server_stats *out);
+
+#endif

@@ -1,0 +1,293 @@
+/* A shard: one thread, one epoll loop, one SO_REUSEPORT listener, the
+ * connections it accepted, and the completion queue through which worker
+ * threads hand finished jobs back (style.md 7: a queue and a wake-up, never
+ * spinning). Per loop turn the before-sleep hook processes input left for
+ * later, then flushes every connection that got output during the turn - so
+ * all responses that became ready in one turn leave in one TLS write per
+ * connection (protocol P8). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "server/internal.h"
+
+#define ACCEPT_RETRY_NS (100u * 1000000u)
+
+void kl_shard_mark_ready(kl_shard *s, kl_conn *c)
+{
+    if (c->on_ready || c->state == KL_CONN_CLOSED)
+        return;
+    c->on_ready = true;
+    c->ready_next = s->ready;
+    s->ready = c;
+}
+
+void kl_shard_mark_dirty(kl_shard *s, kl_conn *c)
+{
+    if (c->on_dirty || c->state == KL_CONN_CLOSED)
+        return;
+    c->on_dirty = true;
+    c->dirty_next = s->dirty;
+    s->dirty = c;
+}
+
+void kl_shard_job_done(kl_job *job)
+{
+    kl_shard *s = job->owner;
+    pthread_mutex_lock(&s->done_mu);
+    bool was_empty = s->done_head == NULL;
+    job->next = s->done_head;
+    s->done_head = job;
+    pthread_mutex_unlock(&s->done_mu);
+    /* A non-empty queue means a wake-up is already pending: the shard takes
+     * the whole list at once. */
+    if (was_empty)
+        kl_loop_wake(s->loop);
+}
+
+static kl_job *take_done(kl_shard *s)
+{
+    pthread_mutex_lock(&s->done_mu);
+    kl_job *list = s->done_head;
+    s->done_head = NULL;
+    pthread_mutex_unlock(&s->done_mu);
+    /* pushed newest first; answer in completion order */
+    kl_job *rev = NULL;
+    while (list) {
+        kl_job *next = list->next;
+        list->next = rev;
+        rev = list;
+        list = next;
+    }
+    return rev;
+}
+
+static void wake_blocked_shards(kl_shard *self)
+{
+    kl_server *srv = self->srv;
+    if (atomic_load(&srv->inflight) >= srv->o.max_inflight)
+        return;
+    for (int i = 0; i < srv->nshards; i++) {
+        kl_shard *t = &srv->shards[i];
+        if (t != self && atomic_exchange(&t->global_blocked, false))
+            kl_loop_wake(t->loop);
+    }
+}
+
+static void resume_paused(kl_shard *s)
+{
+    if (!s->paused_global)
+        return;
+    s->paused_global = false;
+    atomic_store(&s->global_blocked, false);
+    for (kl_conn *c = s->live; c; c = c->next)
+        if (c->paused)
+            kl_conn_update_interest(c); /* sets paused_global again if
+                                            still at the cap */
+}
+
+static void close_listener(kl_shard *s)
+{
+    if (s->listen_fd < 0)
+        return;
+    kl_watch_stop(s->loop, &s->listen_watch);
+    kl_timer_stop(s->loop, &s->accept_retry);
+    close(s->listen_fd);
+    s->listen_fd = -1;
+}
+
+static void on_drain_timer(kl_loop *l, kl_timer *t)
+{
+    kl_shard *s = t->data;
+    s->drain_expired = true;
+    while (s->live) {
+        kl_conn *c = s->live;
+        kl_log(KL_LOG_INFO,
+               "connection %s (client %s): closed at shutdown with %u "
+               "requests in flight",
+               c->addr, c->peer[0] ? c->peer : "-", c->inflight);
+        kl_conn_close(c);
+    }
+}
+
+static void begin_drain(kl_shard *s)
+{
+    s->draining = true;
+    close_listener(s);
+    for (kl_conn *c = s->live, *next; c; c = next) {
+        next = c->next;
+        if (c->state == KL_CONN_HANDSHAKE)
+            kl_conn_close(c);
+        else
+            kl_conn_drain(c);
+    }
+    if (kl_timer_at(s->loop, &s->drain_timer,
+                    kl_loop_now(s->loop) + s->srv->o.drain_timeout_ns) != KL_OK)
+        on_drain_timer(s->loop, &s->drain_timer);
+}
+
+static void on_wake(kl_loop *l, void *arg)
+{
+    kl_shard *s = arg;
+    bool freed = false;
+    for (kl_job *j = take_done(s), *next; j; j = next) {
+        next = j->next;
+        kl_srv_job *sj = (kl_srv_job *)j;
+        kl_conn_complete(sj->conn, sj);
+        free(sj);
+        freed = true;
+    }
+    if (freed)
+        wake_blocked_shards(s);
+    resume_paused(s);
+    if (!s->draining && atomic_load(&s->srv->stopping))
+        begin_drain(s);
+}
+
+static void on_accept_retry(kl_loop *l, kl_timer *t)
+{
+    kl_shard *s = t->data;
+    if (s->listen_fd >= 0 &&
+        kl_watch_set(l, &s->listen_watch, KL_EV_READ) != KL_OK)
+        kl_error("shard %d: cannot watch the listening socket", s->index);
+}
+
+static void on_listen(kl_loop *l, kl_watch *w, unsigned events)
+{
+    kl_shard *s = w->data;
+    /* A few connections per wake-up (style.md 8): a connect storm cannot
+     * starve the connections already served. */
+    for (int i = 0; i < KL_ACCEPTS_PER_WAKE; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof ss;
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            kl_conn_accept(s, fd, (struct sockaddr *)&ss);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return;
+        /* Out of descriptors or memory: pause accepting briefly instead
+         * of spinning on a listener that stays readable. */
+        kl_warn("shard %d: accept failed: %s; pausing accepts for 100 ms",
+                s->index, strerror(errno));
+        if (kl_watch_set(l, &s->listen_watch, 0) != KL_OK ||
+            kl_timer_at(l, &s->accept_retry,
+                        kl_loop_now(l) + ACCEPT_RETRY_NS) != KL_OK)
+            kl_error("shard %d: cannot pause accepting", s->index);
+        return;
+    }
+}
+
+static bool before_sleep(kl_loop *l, void *arg)
+{
+    kl_shard *s = arg;
+    /* Input left over from bounded reads or resumed after a pause. */
+    kl_conn *ready = s->ready;
+    s->ready = NULL;
+    while (ready) {
+        kl_conn *c = ready;
+        ready = c->ready_next;
+        c->on_ready = false;
+        if (c->state == KL_CONN_OPEN)
+            kl_conn_read(c);
+    }
+    /* One flush per connection with output: the coalesced write of P8. */
+    kl_conn *dirty = s->dirty;
+    s->dirty = NULL;
+    while (dirty) {
+        kl_conn *c = dirty;
+        dirty = c->dirty_next;
+        c->on_dirty = false;
+        kl_conn_flush(c);
+    }
+    /* Free closed connections no job refers to any more. The lists above
+     * are empty of closed connections now. */
+    for (kl_conn *c = s->closed, *next; c; c = next) {
+        next = c->next;
+        if (c->inflight > 0 || c->on_ready || c->on_dirty)
+            continue;
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            s->closed = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+        kl_conn_free(c);
+    }
+    if (s->draining && s->nlive == 0 && (!s->closed || s->drain_expired)) {
+        kl_loop_stop(l);
+        return false;
+    }
+    return s->ready != NULL || s->dirty != NULL;
+}
+
+kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
+                        size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    s->srv = srv;
+    s->index = index;
+    s->listen_fd = -1;
+    atomic_init(&s->global_blocked, false);
+    pthread_mutex_init(&s->done_mu, NULL);
+    kl_timer_init(&s->accept_retry, on_accept_retry, s);
+    kl_timer_init(&s->drain_timer, on_drain_timer, s);
+    s->loop = kl_loop_new();
+    if (!s->loop) {
+        snprintf(err, errlen, "cannot create an event loop: %s",
+                 strerror(errno));
+        return KL_E_IO;
+    }
+    kl_loop_set_wake_fn(s->loop, on_wake, s);
+    kl_loop_set_before_sleep(s->loop, before_sleep, s);
+    return KL_OK;
+}
+
+void *kl_shard_main(void *arg)
+{
+    kl_shard *s = arg;
+    if (kl_watch_start(s->loop, &s->listen_watch, s->listen_fd, KL_EV_READ,
+                       on_listen, s) != KL_OK) {
+        kl_error("shard %d: cannot watch the listening socket", s->index);
+        return NULL;
+    }
+    /* A shutdown requested before this thread ran must not be missed. */
+    if (atomic_load(&s->srv->stopping))
+        begin_drain(s);
+    if (kl_loop_run(s->loop) != KL_OK)
+        kl_error("shard %d: event loop failed: %s", s->index, strerror(errno));
+    close_listener(s);
+    return NULL;
+}
+
+void kl_shard_destroy(kl_shard *s)
+{
+    if (!s->loop)
+        return;
+    /* Jobs that came back after the loop stopped, then every connection
+     * left (only after the pool stopped: nothing refers to them now). */
+    for (kl_job *j = take_done(s), *next; j; j = next) {
+        next = j->next;
+        kl_srv_job *sj = (kl_srv_job *)j;
+        sj->conn->inflight--;
+        free(sj);
+    }
+    while (s->live)
+        kl_conn_close(s->live);
+    while (s->closed) {
+        kl_conn *c = s->closed;
+        s->closed = c->next;
+        kl_conn_free(c);
+    }
+    close_listener(s);
+    kl_loop_free(s->loop);
+    s->loop = NULL;
+    pthread_mutex_destroy(&s->done_mu);
+}
