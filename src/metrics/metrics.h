@@ -1,0 +1,184 @@
+/* Metrics (issue 11, architecture 6): counters and histograms kept per thread
+ * and summed when scraped (style.md 11), rendered in the Prometheus text
+ * format 0.0.4 and served with /health and /ready over HTTP on the metrics
+ * port. docs/METRICS.md lists every series.
+ *
+ * Threads. One kl_metrics per process. Every thread that records on the
+ * request path (a shard, a crypto worker) registers its own kl_metrics_local
+ * slot and is the only writer of it: each update is a relaxed atomic load
+ * plus store, no lock and no locked read-modify-write, and the scraper reads
+ * relaxed and adds the slots up. The process-wide setters (queue depth, keys
+ * loaded, reload result, certificates) may be called from any thread.
+ * Every function taking a slot accepts NULL and then does nothing, so code
+ * under test can run without metrics.
+ *
+ * Wiring, for the server's owner:
+ *   m = kl_metrics_new();
+ *   per shard thread:  l = kl_metrics_local_new(m, shard_index);
+ *   per worker thread: l = kl_metrics_local_new(m, -1);
+ *   kl_metrics_on_scrape(m, fill_gauges, server);  (queue depths, keys)
+ *   kl_metrics_cert_expiry_add_file(m, auth_cert_path); ...
+ *   h = kl_metrics_http_start(m, &(kl_metrics_http_opts){"0.0.0.0", 2406,
+ *                             ready_fn, server}, err, sizeof err);
+ *   ... on shutdown: kl_metrics_http_stop(h); join writers; kl_metrics_free(m).
+ */
+#ifndef KL_METRICS_METRICS_H
+#define KL_METRICS_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <openssl/x509.h>
+
+#include "core/status.h"
+
+typedef struct kl_metrics kl_metrics;
+typedef struct kl_metrics_local kl_metrics_local;
+
+/* The 15 buckets of the reference: 0.0001 s doubling to 1.6384 s, +Inf. */
+#define KL_METRICS_BUCKETS 15
+/* Cost classes, in the order of kl_cost_class (crypto/ops.h): "fast",
+ * "slow", "blocking". The server passes its kl_cost_class values (and may
+ * _Static_assert(KL_METRICS_COST_CLASSES == KL_COST_CLASSES)); metrics
+ * does not include crypto/ so that it stays a leaf module. */
+#define KL_METRICS_COST_CLASSES 3
+
+/* Why a request was answered with a fast error instead of being run (P6). */
+typedef enum kl_metrics_shed_reason {
+    KL_SHED_QUEUE_FULL = 0, /* the cost class's queue was full */
+    KL_SHED_DEADLINE,       /* its deadline passed before it ran (P9) */
+    KL_SHED_INFLIGHT,       /* the process-wide in-flight limit */
+    KL_SHED_DRAINING,       /* the server was shutting down */
+    KL_SHED_REASONS
+} kl_metrics_shed_reason;
+
+/* Why a TLS handshake failed. */
+typedef enum kl_metrics_hs_fail {
+    KL_HS_FAIL_TIMEOUT = 0, /* handshake_timeout passed */
+    KL_HS_FAIL_CERT,        /* peer certificate missing or not trusted */
+    KL_HS_FAIL_PROTOCOL,    /* TLS alert or malformed handshake */
+    KL_HS_FAIL_CLOSED,      /* peer closed or reset mid-handshake */
+    KL_HS_FAIL_OTHER,
+    KL_HS_FAIL_REASONS
+} kl_metrics_hs_fail;
+
+/* Connection states for keylessd_connections{state}. */
+typedef enum kl_metrics_conn {
+    KL_MCONN_NONE = 0,  /* not counted: before accept, after close */
+    KL_MCONN_HANDSHAKE, /* accepted, TLS handshake running */
+    KL_MCONN_OPEN,      /* serving requests */
+    KL_MCONN_DRAINING,  /* no longer read, finishing in-flight work */
+    KL_MCONN_STATES
+} kl_metrics_conn;
+
+kl_metrics *kl_metrics_new(void);
+/* After the HTTP endpoint stopped and no thread records any more. */
+void kl_metrics_free(kl_metrics *m);
+
+/* A slot for the calling thread (thread-safe; NULL when out of memory).
+ * shard >= 0 names a shard (its event-loop busy time is exported with
+ * shard="N"); -1 for any other thread. Slots live until kl_metrics_free, so
+ * counts survive their thread and counters never go down. */
+kl_metrics_local *kl_metrics_local_new(kl_metrics *m, int shard);
+
+/* ---- request path: only the slot's own thread ------------------------- */
+
+/* keyless_requests{opcode}: once per request read, before any work. */
+void kl_metrics_request(kl_metrics_local *l, uint8_t opcode);
+/* keyless_request_exec_duration_per_opcode{error,type}: the operation
+ * itself, queue wait excluded. err is the P6 code (0 = no error). */
+void kl_metrics_exec_time(kl_metrics_local *l, uint8_t opcode, uint8_t err,
+                          uint64_t ns);
+/* keyless_request_total_duration_per_opcode{error,type}: request read to
+ * response handed to the connection. */
+void kl_metrics_total_time(kl_metrics_local *l, uint8_t opcode, uint8_t err,
+                           uint64_t ns);
+/* keyless_key_load_duration: the key lookup of a signing or decrypting
+ * request (the reference records it for those opcodes only). */
+void kl_metrics_key_load_time(kl_metrics_local *l, uint64_t ns);
+/* keyless_failed_connection: a transport failure on an established
+ * connection (read or write error, peer identity failure); not handshake
+ * failures, EOF, idle timeouts or request errors (as the reference). */
+void kl_metrics_failed_connection(kl_metrics_local *l);
+/* keylessd_queue_wait_seconds{class}: submit to start of execution. */
+void kl_metrics_queue_wait(kl_metrics_local *l, int cost_class, uint64_t ns);
+/* keylessd_requests_shed_total{reason}: answered `internal error` at once
+ * instead of being run (P6 overload). */
+void kl_metrics_shed(kl_metrics_local *l, kl_metrics_shed_reason reason);
+/* keylessd_tls_handshake_failures_total{reason}. */
+void kl_metrics_handshake_failed(kl_metrics_local *l, kl_metrics_hs_fail r);
+/* keylessd_requests_in_flight: +1 when read, -1 when its response is
+ * queued for writing (both on the connection's shard). */
+void kl_metrics_inflight_add(kl_metrics_local *l, int64_t delta);
+/* keylessd_connections{state}: a connection moves from one state to
+ * another (KL_MCONN_NONE on accept and close). Call on its shard. */
+void kl_metrics_conn_move(kl_metrics_local *l, kl_metrics_conn from,
+                          kl_metrics_conn to);
+/* keylessd_loop_busy_seconds_total{shard}: time a shard spent working
+ * (not waiting in epoll_wait). */
+void kl_metrics_loop_busy(kl_metrics_local *l, uint64_t ns);
+
+/* ---- process-wide values: any thread, last write wins ----------------- */
+
+void kl_metrics_set_queue_depth(kl_metrics *m, int cost_class, uint64_t n);
+void kl_metrics_set_keys_loaded(kl_metrics *m, uint64_t n);
+/* A configuration or key reload finished (when: wall-clock seconds). */
+void kl_metrics_reload_result(kl_metrics *m, bool ok, time_t when);
+
+/* Called at the start of every scrape, on the HTTP thread, to refresh the
+ * sampled gauges (e.g. kl_metrics_set_queue_depth from kl_pool_queued).
+ * Set it before kl_metrics_http_start. */
+typedef void (*kl_metrics_scrape_fn)(kl_metrics *m, void *arg);
+void kl_metrics_on_scrape(kl_metrics *m, kl_metrics_scrape_fn fn, void *arg);
+
+/* ---- certificate_expiration_timestamp_seconds (certs.c) --------------- */
+
+/* Sets the series of one certificate; the same certificate from the same
+ * source replaces its series. source: the file path for configured certs,
+ * "listener: <addr>" for peers' certificates (as the reference). At most
+ * KL_METRICS_MAX_CERTS series; beyond that new ones are dropped. */
+#define KL_METRICS_MAX_CERTS 512
+void kl_metrics_cert_expiry_add(kl_metrics *m, const char *source, X509 *cert);
+/* Every certificate of a PEM file, source = path. KL_E_IO when it cannot be
+ * read, KL_E_BAD_VALUE when it holds no certificate. */
+KL_WUR kl_status kl_metrics_cert_expiry_add_file(kl_metrics *m,
+                                                 const char *path);
+/* Removes a source's series (before re-adding it on reload). */
+void kl_metrics_cert_expiry_forget(kl_metrics *m, const char *source);
+
+/* ---- exposition ------------------------------------------------------- */
+
+/* The whole exposition (text format 0.0.4), malloc'd, *len its length.
+ * NULL when out of memory. Runs the scrape hook first. */
+char *kl_metrics_render(kl_metrics *m, size_t *len);
+
+/* ---- HTTP endpoint (http.c) ------------------------------------------- */
+
+typedef struct kl_metrics_http kl_metrics_http;
+
+/* Readiness for /ready: true when ready; otherwise write a short reason
+ * ("keys not loaded", "draining", ...) into reason. Runs on the HTTP
+ * thread, so it must only read thread-safe state. */
+typedef bool (*kl_metrics_ready_fn)(void *arg, char *reason, size_t len);
+
+typedef struct kl_metrics_http_opts {
+    const char *address;       /* numeric IPv4/IPv6; NULL: "0.0.0.0" */
+    uint16_t port;             /* 0: an ephemeral port (tests) */
+    kl_metrics_ready_fn ready; /* NULL: always ready */
+    void *ready_arg;
+} kl_metrics_http_opts;
+
+/* Serves GET/HEAD /metrics, /health (200 "ok" while the process runs) and
+ * /ready (200 "ready" or 503 with the reason) on a libmicrohttpd thread of
+ * its own, never a shard. Other paths 404, other methods 405. NULL with a
+ * message naming the address on failure. */
+kl_metrics_http *kl_metrics_http_start(kl_metrics *m,
+                                       const kl_metrics_http_opts *o, char *err,
+                                       size_t errlen);
+uint16_t kl_metrics_http_port(const kl_metrics_http *h);
+/* Stops the thread and closes the socket; NULL is fine. */
+void kl_metrics_http_stop(kl_metrics_http *h);
+
+#endif

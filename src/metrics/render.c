@@ -1,0 +1,204 @@
+/* A scrape: add up every thread's slot, then write the families. The
+ * reference's series come first, with its names, label names and values
+ * and buckets (protocol P6); keylessd's own are prefixed keylessd_. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "keyless/protocol.h"
+#include "metrics/internal.h"
+
+#define LOAD(p) atomic_load_explicit((p), memory_order_relaxed)
+
+/* The slots' sum at one scrape. */
+typedef struct mx_total {
+    uint64_t requests[256];
+    mx_hist_sum exec[MX_TYPES][MX_ERRS];
+    mx_hist_sum total[MX_TYPES][MX_ERRS];
+    mx_hist_sum key_load;
+    mx_hist_sum queue_wait[KL_METRICS_COST_CLASSES];
+    uint64_t failed_conn;
+    uint64_t shed[KL_SHED_REASONS];
+    uint64_t hs_fail[KL_HS_FAIL_REASONS];
+    int64_t inflight;
+    int64_t conns[KL_MCONN_STATES];
+} mx_total;
+
+static void add_slot(mx_total *t, const kl_metrics_local *l)
+{
+    for (int i = 0; i < 256; i++)
+        t->requests[i] += LOAD(&l->requests[i]);
+    for (int ty = 0; ty < MX_TYPES; ty++)
+        for (int e = 0; e < MX_ERRS; e++) {
+            mx_hist_add(&t->exec[ty][e], &l->exec[ty][e]);
+            mx_hist_add(&t->total[ty][e], &l->total[ty][e]);
+        }
+    mx_hist_add(&t->key_load, &l->key_load);
+    for (int c = 0; c < KL_METRICS_COST_CLASSES; c++)
+        mx_hist_add(&t->queue_wait[c], &l->queue_wait[c]);
+    t->failed_conn += LOAD(&l->failed_conn);
+    for (int r = 0; r < KL_SHED_REASONS; r++)
+        t->shed[r] += LOAD(&l->shed[r]);
+    for (int r = 0; r < KL_HS_FAIL_REASONS; r++)
+        t->hs_fail[r] += LOAD(&l->hs_fail[r]);
+    t->inflight += LOAD(&l->inflight);
+    for (int s = 0; s < KL_MCONN_STATES; s++)
+        t->conns[s] += LOAD(&l->conns[s]);
+}
+
+/* A histogram vector over (type, error): only the children that have seen
+ * an observation, as the reference's vectors show them. Labels in name
+ * order, as the reference's client library writes them. */
+static void put_type_err_hists(mx_buf *b, const char *name, const char *help,
+                               const mx_hist_sum (*h)[MX_ERRS])
+{
+    mx_family(b, name, "histogram", help);
+    for (int ty = 0; ty < MX_TYPES; ty++)
+        for (int e = 0; e < MX_ERRS; e++) {
+            if (mx_hist_count(&h[ty][e]) == 0)
+                continue;
+            char labels[128];
+            /* Neither error texts nor type names need escaping. */
+            snprintf(labels, sizeof labels, "error=\"%s\",type=\"%s\",",
+                     mx_err_label(e), mx_type_names[ty]);
+            mx_put_hist(b, name, labels, &h[ty][e]);
+        }
+}
+
+static void render_reference(mx_buf *b, const mx_total *t)
+{
+    mx_family(b, "keyless_requests", "counter",
+              "Total number of requests by opcode.");
+    for (int op = 0; op < 256; op++)
+        if (t->requests[op])
+            mx_printf(b, "keyless_requests{opcode=\"%s\"} %llu\n",
+                      kl_op_name((uint8_t)op),
+                      (unsigned long long)t->requests[op]);
+    put_type_err_hists(b, "keyless_request_exec_duration_per_opcode",
+                       "Time to execute a request, not including time in "
+                       "queues, by type and error.",
+                       t->exec);
+    put_type_err_hists(b, "keyless_request_total_duration_per_opcode",
+                       "Total time to satisfy a request, including time in "
+                       "queues, by type and error.",
+                       t->total);
+    mx_family(b, "keyless_key_load_duration", "histogram",
+              "Time to look up the key of a request.");
+    mx_put_hist(b, "keyless_key_load_duration", "", &t->key_load);
+    mx_family(b, "keyless_failed_connection", "counter",
+              "Transport failures on established connections.");
+    mx_printf(b, "keyless_failed_connection %llu\n",
+              (unsigned long long)t->failed_conn);
+}
+
+static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
+{
+    mx_family(b, "keylessd_requests_in_flight", "gauge",
+              "Requests read and not yet answered.");
+    mx_printf(b, "keylessd_requests_in_flight %lld\n", (long long)t->inflight);
+
+    mx_family(b, "keylessd_queue_depth", "gauge",
+              "Jobs waiting in each cost class's queue.");
+    for (int c = 0; c < KL_METRICS_COST_CLASSES; c++)
+        mx_printf(b, "keylessd_queue_depth{class=\"%s\"} %llu\n",
+                  mx_class_names[c],
+                  (unsigned long long)LOAD(&m->queue_depth[c]));
+
+    mx_family(b, "keylessd_queue_wait_seconds", "histogram",
+              "Time from queueing a job to the start of its execution.");
+    for (int c = 0; c < KL_METRICS_COST_CLASSES; c++) {
+        char labels[64];
+        snprintf(labels, sizeof labels, "class=\"%s\",", mx_class_names[c]);
+        mx_put_hist(b, "keylessd_queue_wait_seconds", labels,
+                    &t->queue_wait[c]);
+    }
+
+    mx_family(b, "keylessd_requests_shed_total", "counter",
+              "Requests answered with a fast error instead of run.");
+    for (int r = 0; r < KL_SHED_REASONS; r++)
+        mx_printf(b, "keylessd_requests_shed_total{reason=\"%s\"} %llu\n",
+                  mx_shed_names[r], (unsigned long long)t->shed[r]);
+
+    mx_family(b, "keylessd_connections", "gauge",
+              "Open client connections by state.");
+    for (int s = 1; s < KL_MCONN_STATES; s++)
+        mx_printf(b, "keylessd_connections{state=\"%s\"} %lld\n",
+                  mx_conn_names[s], (long long)t->conns[s]);
+
+    mx_family(b, "keylessd_tls_handshake_failures_total", "counter",
+              "Failed TLS handshakes by reason.");
+    for (int r = 0; r < KL_HS_FAIL_REASONS; r++)
+        mx_printf(b,
+                  "keylessd_tls_handshake_failures_total{reason=\"%s\"} "
+                  "%llu\n",
+                  mx_hs_names[r], (unsigned long long)t->hs_fail[r]);
+
+    mx_family(b, "keylessd_keys_loaded", "gauge", "Private keys loaded.");
+    mx_printf(b, "keylessd_keys_loaded %llu\n",
+              (unsigned long long)LOAD(&m->keys_loaded));
+
+    mx_family(b, "keylessd_reloads_total", "counter",
+              "Configuration and key reloads by result.");
+    mx_printf(b, "keylessd_reloads_total{result=\"failure\"} %llu\n",
+              (unsigned long long)LOAD(&m->reloads[0]));
+    mx_printf(b, "keylessd_reloads_total{result=\"success\"} %llu\n",
+              (unsigned long long)LOAD(&m->reloads[1]));
+    int64_t ok = LOAD(&m->reload_ok);
+    if (ok >= 0) { /* absent until the first reload */
+        mx_family(b, "keylessd_last_reload_successful", "gauge",
+                  "1 if the last reload succeeded, 0 if it failed.");
+        mx_printf(b, "keylessd_last_reload_successful %lld\n", (long long)ok);
+        mx_family(b, "keylessd_last_reload_timestamp_seconds", "gauge",
+                  "Unix time of the last reload.");
+        mx_printf(b, "keylessd_last_reload_timestamp_seconds %lld\n",
+                  (long long)LOAD(&m->reload_time));
+    }
+
+    mx_family(b, "keylessd_loop_busy_seconds_total", "counter",
+              "Time each shard's event loop spent working, not waiting.");
+    /* The list is newest first; a shard registers once, so each shard
+     * label appears once. */
+    for (const kl_metrics_local *l = m->locals; l; l = l->next)
+        if (l->shard >= 0) {
+            mx_printf(b, "keylessd_loop_busy_seconds_total{shard=\"%d\"} ",
+                      l->shard);
+            mx_put_double(b, (double)LOAD(&l->busy_ns) / 1e9);
+            mx_puts(b, "\n");
+        }
+
+    mx_family(b, "keylessd_cert_series_dropped_total", "counter",
+              "Certificates not exported because the table was full.");
+    mx_printf(b, "keylessd_cert_series_dropped_total %llu\n",
+              (unsigned long long)LOAD(&m->certs_dropped));
+}
+
+char *kl_metrics_render(kl_metrics *m, size_t *len)
+{
+    /* The hook may call setters (and certificate functions, which lock),
+     * so it runs before the lock is taken. */
+    pthread_mutex_lock(&m->lock);
+    kl_metrics_scrape_fn fn = m->on_scrape;
+    void *arg = m->on_scrape_arg;
+    pthread_mutex_unlock(&m->lock);
+    if (fn)
+        fn(m, arg);
+
+    mx_total *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    mx_buf b = {0};
+    pthread_mutex_lock(&m->lock);
+    for (const kl_metrics_local *l = m->locals; l; l = l->next)
+        add_slot(t, l);
+    render_reference(&b, t);
+    mx_render_certs(m, &b);
+    render_own(&b, m, t);
+    pthread_mutex_unlock(&m->lock);
+    mx_render_process(&b);
+    free(t);
+    if (b.oom || !b.p) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
+}

@@ -1,0 +1,216 @@
+/* Golden scrape (issue 11): every reference series with its exact name,
+ * label names and values and bucket boundaries, so existing dashboards and
+ * alerts keep working; then keylessd's own series and process_*. */
+#include "testutil.h"
+
+#include <time.h>
+
+#include "keyless/protocol.h"
+#include "mtest.h"
+
+#define MS 1000000ull
+
+static void record_reference(kl_metrics_local *l)
+{
+    for (int i = 0; i < 3; i++)
+        kl_metrics_request(l, KL_OP_ECDSA_SIGN_SHA256);
+    kl_metrics_request(l, KL_OP_RSA_PSS_SIGN_SHA256);
+    kl_metrics_request(l, 0x99);
+    /* 50 us and exactly 100 us land in le="0.0001" (inclusive), 150 us in
+     * le="0.0002". */
+    kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, 0, 50000);
+    kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA384, 0, 100000);
+    kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, 0, 150000);
+    /* 2 s: only +Inf. */
+    kl_metrics_exec_time(l, KL_OP_RSA_PSS_SIGN_SHA256, KL_ERR_KEY_NOT_FOUND,
+                         2000 * MS);
+    kl_metrics_exec_time(l, 0x99, 0x20, 1 * MS); /* beyond P6 codes */
+    kl_metrics_total_time(l, KL_OP_PING, 0, 3 * MS);
+    kl_metrics_key_load_time(l, 1000);
+    kl_metrics_key_load_time(l, 400000);
+    kl_metrics_failed_connection(l);
+    kl_metrics_failed_connection(l);
+}
+
+static void test_reference_series(void **state)
+{
+    (void)state;
+    kl_metrics *m = kl_metrics_new();
+    kl_metrics_local *a = kl_metrics_local_new(m, 0);
+    kl_metrics_local *b = kl_metrics_local_new(m, -1);
+    record_reference(a);
+    kl_metrics_request(b, KL_OP_ECDSA_SIGN_SHA256); /* summed over slots */
+    char *s = mt_scrape(m);
+
+    mt_assert_line(s, "# TYPE keyless_requests counter");
+    mt_assert_line(s, "keyless_requests{opcode=\"OpECDSASignSHA256\"} 4");
+    mt_assert_line(s, "keyless_requests{opcode=\"OpRSAPSSSignSHA256\"} 1");
+    mt_assert_line(s, "keyless_requests{opcode=\"Op(153)\"} 1");
+    mt_assert_no_line(s, "keyless_requests{opcode=\"OpPing\"} 0");
+
+    const char *ex = "keyless_request_exec_duration_per_opcode";
+    mt_assert_line(s, "# TYPE %s histogram", ex);
+    unsigned ok[16] = {2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3};
+    mt_assert_hist(s, ex, "error=\"no error\",type=\"ecdsa\",", ok, "0.0003");
+    unsigned inf[16] = {[15] = 1};
+    mt_assert_hist(s, ex,
+                   "error=\"key not found due to no matching SKI/SNI/"
+                   "ServerIP\",type=\"rsa\",",
+                   inf, "2");
+    unsigned ms1[16] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    mt_assert_hist(s, ex, "error=\"unknown error\",type=\"unknown\",", ms1,
+                   "0.001");
+    /* Children never observed are absent, as in the reference. */
+    if (strstr(s, "type=\"ed25519\""))
+        fail_msg("unobserved child exported");
+
+    const char *tot = "keyless_request_total_duration_per_opcode";
+    mt_assert_line(s, "# TYPE %s histogram", tot);
+    unsigned ms3[16] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    mt_assert_hist(s, tot, "error=\"no error\",type=\"other\",", ms3, "0.003");
+
+    mt_assert_line(s, "# TYPE keyless_key_load_duration histogram");
+    unsigned kl[16] = {1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+    mt_assert_hist(s, "keyless_key_load_duration", "", kl, "0.000401");
+
+    mt_assert_line(s, "# TYPE keyless_failed_connection counter");
+    mt_assert_line(s, "keyless_failed_connection 2");
+    mt_assert_line(s, "# TYPE certificate_expiration_timestamp_seconds gauge");
+
+    mt_assert_line(s, "# TYPE process_cpu_seconds_total counter");
+    mt_assert_line(s, "# TYPE process_resident_memory_bytes gauge");
+    mt_assert_line(s, "# TYPE process_open_fds gauge");
+    free(s);
+    kl_metrics_free(m);
+}
+
+static void count_hook(kl_metrics *m, void *arg)
+{
+    ++*(int *)arg;
+    kl_metrics_set_queue_depth(m, 2, 9);
+}
+
+static void test_own_series(void **state)
+{
+    (void)state;
+    kl_metrics *m = kl_metrics_new();
+    kl_metrics_local *sh0 = kl_metrics_local_new(m, 0);
+    kl_metrics_local *sh1 = kl_metrics_local_new(m, 1);
+    kl_metrics_local *w = kl_metrics_local_new(m, -1);
+    int hooks = 0;
+    kl_metrics_on_scrape(m, count_hook, &hooks);
+
+    kl_metrics_inflight_add(sh0, 3);
+    kl_metrics_inflight_add(sh0, -1);
+    kl_metrics_inflight_add(sh1, 1);
+    kl_metrics_conn_move(sh0, KL_MCONN_NONE, KL_MCONN_HANDSHAKE);
+    kl_metrics_conn_move(sh0, KL_MCONN_NONE, KL_MCONN_HANDSHAKE);
+    kl_metrics_conn_move(sh0, KL_MCONN_HANDSHAKE, KL_MCONN_OPEN);
+    kl_metrics_conn_move(sh1, KL_MCONN_NONE, KL_MCONN_OPEN);
+    kl_metrics_conn_move(sh1, KL_MCONN_OPEN, KL_MCONN_DRAINING);
+    kl_metrics_conn_move(sh1, KL_MCONN_OPEN, (kl_metrics_conn)99); /* ignored */
+    kl_metrics_shed(sh0, KL_SHED_QUEUE_FULL);
+    kl_metrics_shed(w, KL_SHED_DEADLINE);
+    kl_metrics_shed(w, KL_SHED_DEADLINE);
+    kl_metrics_shed(w, (kl_metrics_shed_reason)42); /* ignored */
+    kl_metrics_handshake_failed(sh1, KL_HS_FAIL_CERT);
+    kl_metrics_queue_wait(w, 1, 5 * MS);
+    kl_metrics_queue_wait(w, 3, 5 * MS); /* no such class: ignored */
+    kl_metrics_loop_busy(sh0, 1500 * MS);
+    kl_metrics_set_keys_loaded(m, 7);
+    kl_metrics_set_queue_depth(m, 0, 4);
+    kl_metrics_set_queue_depth(m, 7, 4); /* ignored */
+
+    char *s = mt_scrape(m);
+    assert_int_equal(hooks, 1);
+    /* No reload yet: its gauges are absent, not a misleading 0. */
+    if (strstr(s, "keylessd_last_reload_successful"))
+        fail_msg("reload gauge before any reload");
+    mt_assert_line(s, "keylessd_requests_in_flight 3");
+    mt_assert_line(s, "keylessd_connections{state=\"handshake\"} 1");
+    mt_assert_line(s, "keylessd_connections{state=\"open\"} 1");
+    mt_assert_line(s, "keylessd_connections{state=\"draining\"} 1");
+    mt_assert_line(s, "keylessd_requests_shed_total{reason=\"queue_full\"} 1");
+    mt_assert_line(s, "keylessd_requests_shed_total{reason=\"deadline\"} 2");
+    mt_assert_line(s,
+                   "keylessd_requests_shed_total{reason=\"inflight_limit\"} 0");
+    mt_assert_line(s, "keylessd_requests_shed_total{reason=\"draining\"} 0");
+    mt_assert_line(
+        s, "keylessd_tls_handshake_failures_total{reason=\"certificate\"} 1");
+    mt_assert_line(
+        s, "keylessd_tls_handshake_failures_total{reason=\"timeout\"} 0");
+    mt_assert_line(s, "keylessd_queue_depth{class=\"fast\"} 4");
+    mt_assert_line(s, "keylessd_queue_depth{class=\"slow\"} 0");
+    mt_assert_line(s, "keylessd_queue_depth{class=\"blocking\"} 9");
+    unsigned q[16] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    mt_assert_hist(s, "keylessd_queue_wait_seconds", "class=\"slow\",", q,
+                   "0.005");
+    unsigned none[16] = {0};
+    mt_assert_hist(s, "keylessd_queue_wait_seconds", "class=\"fast\",", none,
+                   "0");
+    mt_assert_line(s, "keylessd_keys_loaded 7");
+    mt_assert_line(s, "keylessd_loop_busy_seconds_total{shard=\"0\"} 1.5");
+    mt_assert_line(s, "keylessd_loop_busy_seconds_total{shard=\"1\"} 0");
+    mt_assert_no_line(s, "keylessd_loop_busy_seconds_total{shard=\"-1\"} 0");
+    free(s);
+
+    kl_metrics_reload_result(m, false, 1700000000);
+    kl_metrics_reload_result(m, true, 1700000100);
+    s = mt_scrape(m);
+    assert_int_equal(hooks, 2);
+    mt_assert_line(s, "keylessd_last_reload_successful 1");
+    mt_assert_line(s, "keylessd_last_reload_timestamp_seconds 1700000100");
+    mt_assert_line(s, "keylessd_reloads_total{result=\"success\"} 1");
+    mt_assert_line(s, "keylessd_reloads_total{result=\"failure\"} 1");
+    free(s);
+    kl_metrics_free(m);
+}
+
+static void test_process_series(void **state)
+{
+    (void)state;
+    kl_metrics *m = kl_metrics_new();
+    char *s = mt_scrape(m);
+    /* stdin/out/err at least; and this test's own memory and CPU. */
+    assert_true(mt_value(s, "process_open_fds ") >= 3);
+    assert_true(mt_value(s, "process_max_fds ") >= 3);
+    assert_true(mt_value(s, "process_resident_memory_bytes ") > 1e5);
+    assert_true(mt_value(s, "process_virtual_memory_bytes ") > 1e5);
+    assert_true(mt_value(s, "process_cpu_seconds_total ") >= 0);
+    double start = mt_value(s, "process_start_time_seconds ");
+    double now = (double)time(NULL);
+    assert_true(start <= now + 1 && start > now - 3600);
+    free(s);
+    kl_metrics_free(m);
+}
+
+/* Every slot function takes NULL, so code under test can run without. */
+static void test_null_slot(void **state)
+{
+    (void)state;
+    kl_metrics_request(NULL, 1);
+    kl_metrics_exec_time(NULL, 1, 0, 1);
+    kl_metrics_total_time(NULL, 1, 0, 1);
+    kl_metrics_key_load_time(NULL, 1);
+    kl_metrics_failed_connection(NULL);
+    kl_metrics_queue_wait(NULL, 0, 1);
+    kl_metrics_shed(NULL, KL_SHED_DEADLINE);
+    kl_metrics_handshake_failed(NULL, KL_HS_FAIL_OTHER);
+    kl_metrics_inflight_add(NULL, 1);
+    kl_metrics_conn_move(NULL, KL_MCONN_NONE, KL_MCONN_OPEN);
+    kl_metrics_loop_busy(NULL, 1);
+    kl_metrics_set_keys_loaded(NULL, 1);
+    kl_metrics_reload_result(NULL, true, 0);
+    kl_metrics_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_series),
+        cmocka_unit_test(test_own_series),
+        cmocka_unit_test(test_process_series),
+        cmocka_unit_test(test_null_slot),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
