@@ -11,6 +11,7 @@
 
 #include "config/config.h"
 #include "core/log.h"
+#include "core/sdnotify.h"
 #include "crypto/pool.h"
 #include "keys/keystore.h"
 #include "server/server.h"
@@ -33,14 +34,28 @@ static kl_keystore *load_keys(const kl_config *cfg)
     }
     for (size_t i = 0; i < cfg->nstores; i++) {
         const kl_store_cfg *st = &cfg->stores[i];
-        kl_status s = st->kind == KL_STORE_DIR
-                          ? kl_keystore_add_dir(ks, st->path)
-                          : kl_keystore_add_file(ks, st->path);
+        kl_status s;
+        const char *what;
+        switch (st->kind) {
+        case KL_STORE_DIR:
+            s = kl_keystore_add_dir(ks, st->path);
+            what = "directory";
+            break;
+        case KL_STORE_URI:
+            s = kl_keystore_add_uri(ks, st->path);
+            what = "PKCS#11 URI";
+            break;
+        default:
+            s = kl_keystore_add_file(ks, st->path);
+            what = "file";
+            break;
+        }
         if (s != KL_OK) {
-            /* The key store already named the file and the reason. */
-            kl_error("cannot load the keys of %s %s (%s); not starting",
-                     st->kind == KL_STORE_DIR ? "directory" : "file", st->path,
-                     kl_status_str(s));
+            /* The key store already named the file (or the URI, PIN
+             * redacted) and the reason; this line must not repeat a URI
+             * that may carry a PIN. */
+            kl_error("cannot load the keys of %s #%zu (%s); not starting", what,
+                     i + 1, kl_status_str(s));
             kl_keystore_free(ks);
             return NULL;
         }
@@ -65,7 +80,12 @@ static int serve(const kl_config *cfg, kl_keystore *ks, kl_tls_ctx *tls)
         return 1;
     }
 
-    kl_pool_opts po = {.workers = cfg->workers};
+    /* HSM keys run on blocking workers, as many as the tokens have
+     * sessions (architecture 2: blocking back ends). */
+    kl_pool_opts po = {
+        .workers = cfg->workers,
+        .blocking_workers = (int)kl_keystore_token_sessions(ks),
+    };
     kl_pool *pool = kl_pool_new(&po);
     if (!pool) {
         kl_error("cannot start the worker pool");
@@ -121,6 +141,11 @@ static int serve(const kl_config *cfg, kl_keystore *ks, kl_tls_ctx *tls)
         close(sfd);
         return 1;
     }
+    /* systemd Type=notify: keys are loaded and the port listens. */
+    if (kl_sd_notify("READY=1") != KL_OK)
+        kl_warn("cannot tell systemd that keylessd is ready (NOTIFY_SOCKET "
+                "%s): %s",
+                getenv("NOTIFY_SOCKET"), strerror(errno));
 
     for (;;) {
         struct signalfd_siginfo si;
@@ -142,6 +167,8 @@ static int serve(const kl_config *cfg, kl_keystore *ks, kl_tls_ctx *tls)
         break;
     }
     close(sfd);
+    if (kl_sd_notify("STOPPING=1") != KL_OK)
+        kl_debug("cannot tell systemd that keylessd is stopping");
     kl_server_shutdown(srv);
     kl_server_wait(srv);
     /* The pool goes before the server: its last callbacks still hand jobs

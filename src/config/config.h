@@ -18,6 +18,7 @@
 typedef enum kl_store_kind {
     KL_STORE_DIR = 1,
     KL_STORE_FILE = 2,
+    KL_STORE_URI = 3, /* PKCS#11 URI (RFC 7512), HSM keys */
 } kl_store_kind;
 
 /* One entry of private_key_stores (or of --private-key-dirs/-files). */

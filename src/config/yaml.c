@@ -53,10 +53,7 @@ static kl_status store_entry(kl_config *cfg, const char *file,
         } else if (strcmp(name, "file") == 0) {
             this_kind = KL_STORE_FILE;
         } else if (strcmp(name, "uri") == 0) {
-            return kl_cfg_fail(err, errlen,
-                               "%s:%lu: private_key_stores: uri: PKCS#11 URIs "
-                               "are not supported yet; use dir: or file:",
-                               file, LINE(k));
+            this_kind = KL_STORE_URI;
         } else {
             kl_cfg_warn(cfg,
                         "%s:%lu: private_key_stores: unknown entry key "
@@ -80,8 +77,8 @@ static kl_status store_entry(kl_config *cfg, const char *file,
     }
     if (!kind_name)
         return kl_cfg_fail(err, errlen,
-                           "%s:%lu: private_key_stores: an entry has neither "
-                           "dir: nor file:",
+                           "%s:%lu: private_key_stores: an entry has none "
+                           "of dir:, file: or uri:",
                            file, LINE(entry));
     return kl_cfg_add_store(cfg, kind, path);
 }

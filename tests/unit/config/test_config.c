@@ -96,6 +96,7 @@ static void test_yaml_file(void **state)
                                "private_key_stores:\n"
                                "  - dir: /etc/keyless/keys\n"
                                "  - file: /tmp/one.key\n"
+                               "  - uri: pkcs11:token=t?module-path=/m.so\n"
                                "shards: 3\n"
                                "idle_timeout: 1m30s\n"
                                "handshake_timeout: 500ms\n"
@@ -110,7 +111,9 @@ static void test_yaml_file(void **state)
     assert_string_equal(cfg->auth_cert, "/etc/keyless/server.pem");
     assert_string_equal(cfg->auth_key, "/etc/keyless/server-key.pem");
     assert_string_equal(cfg->cloudflare_ca_cert, "ca.pem");
-    assert_int_equal(cfg->nstores, 2);
+    assert_int_equal(cfg->nstores, 3);
+    assert_int_equal(cfg->stores[2].kind, KL_STORE_URI);
+    assert_string_equal(cfg->stores[2].path, "pkcs11:token=t?module-path=/m.so");
     assert_int_equal(cfg->stores[0].kind, KL_STORE_DIR);
     assert_string_equal(cfg->stores[0].path, "/etc/keyless/keys");
     assert_int_equal(cfg->stores[1].kind, KL_STORE_FILE);
@@ -300,13 +303,15 @@ static void test_yaml_errors(void **state)
                       "both dir and file; give exactly one per entry (use "
                       "one \"- \" entry each)");
     expect_yaml_error("private_key_stores:\n"
-                      "  - uri: pkcs11:token=x\n",
-                      "gokeyless.yaml:2: private_key_stores: uri: PKCS#11 "
-                      "URIs are not supported yet; use dir: or file:");
+                      "  - uri: pkcs11:token=x\n"
+                      "    dir: /a\n",
+                      "gokeyless.yaml:3: private_key_stores: an entry has "
+                      "both uri and dir; give exactly one per entry (use "
+                      "one \"- \" entry each)");
     expect_yaml_error("private_key_stores:\n"
                       "  - other: x\n",
                       "gokeyless.yaml:2: private_key_stores: an entry has "
-                      "neither dir: nor file:");
+                      "none of dir:, file: or uri:");
     expect_yaml_error("private_key_stores: /etc/keys\n",
                       "gokeyless.yaml:1: private_key_stores: must be a list, "
                       "e.g. \"private_key_stores:\\n  - dir: "
