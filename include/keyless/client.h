@@ -1,4 +1,12 @@
-/* libkeyless, first form: a blocking, pipelined key-server client.
+/* libkeyless: the key-server client library (client issue).
+ *
+ * Two layers. kl_target (second half of this file) is the library proper:
+ * asynchronous, several key servers with failover, deadlines, retries
+ * within a budget, fork- and thread-safe. kl_client (first half) is one
+ * blocking connection with full control of the bytes, for tests and
+ * keyless-cli.
+ *
+ * kl_client: a blocking, pipelined key-server client.
  *
  * One kl_client is one mutually authenticated TLS connection (protocol P1)
  * to one key server. Requests are encoded into an output buffer (one
@@ -122,6 +130,164 @@ const char *kl_client_last_error(const kl_client *c);
 /* Sends close_notify (best effort), closes the socket, frees everything.
  * NULL is fine. */
 void kl_client_close(kl_client *c);
+
+/* ==== libkeyless: the asynchronous client (kl_target) =====================
+ *
+ * A kl_target owns connections to one or several key servers and carries
+ * many requests in flight over them, each with a deadline. Two ways to use
+ * it:
+ * - asynchronously, from the caller's event loop: poll kl_async_fd() for
+ *   readability, call kl_async_process() when it is readable, and get each
+ *   answer through the completion callback given to kl_async_submit();
+ * - blocking: kl_target_call() sends one request and waits for its answer.
+ * Both may be mixed on one target.
+ *
+ * Connections. Servers are tried in the order given: requests go to the
+ * first server with a usable connection; a server that refuses, times out
+ * or breaks is put in backoff (exponential with jitter, backoff_min_ms ..
+ * backoff_max_ms) and the next one is used ("sticky failover": the target
+ * stays on a working server until it fails). Each connection is mutual TLS
+ * (protocol P1) with TCP_NODELAY, pipelined, answers matched by id
+ * (protocol P2, P8); every message is written with one write (never header
+ * and body separately); idle connections are pinged (0xF1) and dropped when
+ * the pong does not come back.
+ *
+ * Deadlines (protocol P9). Every request has a budget (timeout_ms). When it
+ * is written, the time left goes to the server as "deadline_ms" in the
+ * request context (tag 0x16; a caller's request context keeps its other
+ * members), so the server never starts work nobody waits for. A request
+ * whose deadline passes before it is written is dropped unsent (callback
+ * with KL_E_TIMEOUT); one in flight is answered KL_E_TIMEOUT at its
+ * deadline and its late answer is discarded. Requests are NOT retried on
+ * timeout. A request whose connection breaks is retried at most once, only
+ * before its deadline, and only within the retry budget (retries at most
+ * 10% of the requests made over a sliding 10 s window); otherwise its
+ * callback gets the connection's error.
+ *
+ * Threading. A target is safe to share between threads: every function
+ * takes the target's lock. Callbacks run without the lock held, in the
+ * thread that drives the target - the one in kl_async_process(), or one
+ * waiting in kl_target_call() (blocking callers take turns driving). A
+ * callback may submit or cancel requests; it must not free the target.
+ * The library starts no threads.
+ *
+ * Fork. Nothing is opened before it is needed: kl_target_new() only loads
+ * the TLS credentials; sockets, the epoll/eventfd/timerfd behind
+ * kl_async_fd() are created on first use, in the process that uses them.
+ * Every call checks getpid(): in a child of the process that used the
+ * target, the first call drops the inherited state - it only close()s the
+ * inherited descriptors (never writes on the parent's connections, never
+ * touches the shared epoll set) - and the child connects afresh. Requests
+ * in flight at the fork belong to the parent: the child forgets them
+ * without callbacks. After a fork, call kl_async_fd() again in the child.
+ * As with any lock, do not fork while another thread is inside a kl_target
+ * call.
+ *
+ * Signals. Writes on a connection the server closed would raise SIGPIPE;
+ * the target blocks SIGPIPE in the calling thread around its writes and
+ * consumes the one it caused, so callers need not ignore it. */
+
+typedef struct kl_target kl_target;
+
+typedef struct kl_target_opts {
+    /* Key servers in order of preference: "host:port", "[v6]:port" or
+     * "host" (port 2407). At least one. */
+    const char *const *servers;
+    size_t nservers;
+    const char *cert_file, *key_file; /* client certificate and key (PEM) */
+    const char *ca_file;              /* CA the servers must chain to; NULL: the
+                                         servers are NOT verified */
+    const char *server_name; /* SNI and name checked; NULL: each host */
+    bool tls12_only;
+    int timeout_ms;         /* default request budget; 0: 5000 */
+    int connect_timeout_ms; /* TCP + TLS handshake; 0: 5000 */
+    int ping_interval_ms;   /* idle time before a ping; 0: 10000; < 0: off */
+    int ping_timeout_ms;    /* pong wait before the connection is dropped;
+                               0: 3000 */
+    int backoff_min_ms;     /* first reconnect delay; 0: 50 */
+    int backoff_max_ms;     /* cap; 0: 5000 */
+    int max_inflight;       /* per connection; more wait unsent; 0: 1024 */
+    int retry_budget_pct;   /* retries per 100 requests (10 s); 0: 10,
+                               < 0: no retries */
+    /* Tests only (the small-write trap's negative control): write each
+     * message as header and body separately, with TCP_NODELAY off. */
+    bool test_split_writes;
+} kl_target_opts;
+
+/* A request's outcome, valid during the callback only. */
+typedef struct kl_result {
+    /* KL_OK: the server answered (opcode/error/payload); KL_E_TIMEOUT: the
+     * deadline passed (unsent, or unanswered); KL_E_CLOSED, KL_E_IO,
+     * KL_E_TLS: the connection failed and the request was not retried;
+     * KL_E_NOMEM and KL_E_INTERNAL for local failures. */
+    kl_status status;
+    uint8_t opcode;         /* KL_OP_RESPONSE, KL_OP_PONG or KL_OP_ERROR */
+    uint8_t error;          /* P6 code for KL_OP_ERROR */
+    const uint8_t *payload; /* NULL when empty */
+    size_t payload_len;
+    const uint8_t *msg; /* the whole response message */
+    size_t msg_len;
+    uint64_t handle;     /* as returned by kl_async_submit */
+    int server;          /* index of the server written to last; -1: none */
+    unsigned attempts;   /* times written (0: never sent) */
+    uint64_t elapsed_ns; /* submit to completion */
+} kl_result;
+
+typedef void (*kl_result_cb)(void *arg, const kl_result *res);
+
+/* Counters since kl_target_new (for tests, metrics and the retry-storm
+ * check: `written` is every request that reached a socket). */
+typedef struct kl_target_stats {
+    uint64_t submitted;      /* caller requests */
+    uint64_t written;        /* request messages written, retries included */
+    uint64_t retries;        /* second attempts after a broken connection */
+    uint64_t expired_unsent; /* deadline passed before being written */
+    uint64_t cancelled;      /* cancelled by the caller */
+    uint64_t timed_out;      /* deadline passed while in flight */
+    uint64_t answered;       /* callbacks with KL_OK */
+    uint64_t failed;         /* callbacks with a connection error */
+    uint64_t connects;       /* handshakes completed */
+    uint64_t connect_failures;
+    uint64_t pings; /* idle pings sent */
+} kl_target_stats;
+
+/* Checks the options and loads the TLS credentials. Opens nothing. */
+KL_WUR kl_status kl_target_new(const kl_target_opts *opts, kl_target **out,
+                               char *err, size_t errlen);
+/* Closes every connection (close_notify when in the creating process) and
+ * frees the target. Pending requests are dropped without callbacks. */
+void kl_target_free(kl_target *t);
+
+/* Queues a request (spec->id is ignored: the target assigns ids) with a
+ * budget of timeout_ms (0: the target's default). cb(arg, result) is called
+ * exactly once, unless the request is cancelled. *handle (may be NULL)
+ * names it for kl_async_cancel. The spec's bytes are copied. */
+KL_WUR kl_status kl_async_submit(kl_target *t, const kl_request_spec *spec,
+                                 int timeout_ms, kl_result_cb cb, void *arg,
+                                 uint64_t *handle);
+/* The caller gives up: an unsent request is dropped and never written; the
+ * answer of one in flight is discarded. The callback is not called after
+ * this returns KL_OK. KL_E_NOT_FOUND when the request already completed
+ * (its callback has run or is running). */
+KL_WUR kl_status kl_async_cancel(kl_target *t, uint64_t handle);
+/* A descriptor that becomes readable when kl_async_process has work: I/O,
+ * a deadline, a request from another thread. -1 with errno on failure. */
+int kl_async_fd(kl_target *t);
+/* Does all work that is due, without blocking, and runs the callbacks of
+ * the requests it completed. */
+KL_WUR kl_status kl_async_process(kl_target *t);
+
+/* Blocking: sends one request with a budget of timeout_ms (0: default) and
+ * waits for its outcome. KL_OK with *out holding the answer (an error
+ * answer is KL_OK too: look at out->opcode/error), or the kl_result status.
+ * out->tracked is true and out->rtt_ns is the elapsed time. */
+KL_WUR kl_status kl_target_call(kl_target *t, const kl_request_spec *spec,
+                                int timeout_ms, kl_client_result *out);
+
+void kl_target_get_stats(kl_target *t, kl_target_stats *out);
+/* Index of the server the target currently sends to, -1 when no
+ * connection is up. */
+int kl_target_active_server(kl_target *t);
 
 #ifdef __cplusplus
 }

@@ -334,6 +334,44 @@ kl_client *td_connect(const td_daemon *d)
     return c;
 }
 
+kl_target_opts td_target_opts(const td_daemon *const *d, size_t n,
+                              td_addrs *addrs)
+{
+    assert_true(n >= 1 && n <= 8);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(addrs->text[i], sizeof addrs->text[i], "127.0.0.1:%u",
+                 (unsigned)d[i]->port);
+        addrs->list[i] = addrs->text[i];
+    }
+    kl_target_opts o = {.servers = addrs->list,
+                        .nservers = n,
+                        .cert_file = tp_path("client.crt"),
+                        .key_file = tp_path("client.key"),
+                        .ca_file = tp_path("ca.crt")};
+    return o;
+}
+
+kl_target *td_target(const td_daemon *const *d, size_t n,
+                     const kl_target_opts *overrides)
+{
+    static td_addrs addrs; /* copied by kl_target_new */
+    kl_target_opts o = td_target_opts(d, n, &addrs);
+    if (overrides) {
+        kl_target_opts x = *overrides;
+        x.servers = o.servers;
+        x.nservers = o.nservers;
+        x.cert_file = o.cert_file;
+        x.key_file = o.key_file;
+        x.ca_file = o.ca_file;
+        o = x;
+    }
+    kl_target *t = NULL;
+    char err[512];
+    if (kl_target_new(&o, &t, err, sizeof err) != KL_OK)
+        fail_msg("kl_target_new: %s", err);
+    return t;
+}
+
 int td_run(const char *const *argv, char **output, int timeout_ms)
 {
     int pfd[2];

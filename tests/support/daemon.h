@@ -56,6 +56,19 @@ kl_client_opts td_client_opts(const td_daemon *d);
 /* Connects with td_client_opts; fails the test on error. */
 kl_client *td_connect(const td_daemon *d);
 
+/* Target options for these daemons (in this order of preference) with the
+ * test PKI; the "127.0.0.1:PORT" strings live in addrs, which must outlive
+ * the target's creation. Fast pings/backoff are left at their defaults. */
+typedef struct td_addrs {
+    char text[8][32];
+    const char *list[8];
+} td_addrs;
+kl_target_opts td_target_opts(const td_daemon *const *d, size_t n,
+                              td_addrs *addrs);
+/* kl_target_new with td_target_opts; fails the test on error. */
+kl_target *td_target(const td_daemon *const *d, size_t n,
+                     const kl_target_opts *overrides);
+
 /* Runs argv[0] (a path) with argv, stdin from /dev/null; *output (may be
  * NULL) gets stdout and stderr together (malloc'd). Returns the exit status
  * (128 + signal when killed; -1 on timeout, after killing it). */
