@@ -6,9 +6,10 @@
  * - ECDSA: CKM_ECDSA over the digest; the token's r || s becomes DER;
  * - Ed25519: CKM_EDDSA over the message, where the module has it;
  * - RSA decrypt: CKM_RSA_X_509, the raw block left-padded to the modulus.
- * A session that the token closed or logged out is replaced and the
- * operation retried once; a key handle the token forgot is looked up
- * again. The wait for a session ends at the caller's deadline. */
+ * A session that the token closed or logged out is replaced and a key
+ * handle the token forgot is looked up again, each at most once per
+ * operation (see run). The wait for a session ends at the caller's
+ * deadline. */
 #include <string.h>
 
 #include <openssl/bn.h>
@@ -120,50 +121,6 @@ static CK_RV run_once(kl_p11_key *k, CK_SESSION_HANDLE h, const p11_op *op,
     return rv;
 }
 
-/* Runs op with a session of the key's token, recovering once from a lost
- * session and once from a lost key handle. */
-static CK_RV run(kl_p11_key *k, const p11_op *op, const uint8_t *in,
-                 size_t inlen, uint8_t *raw, CK_ULONG *rawlen,
-                 uint64_t deadline_ns, bool *no_session)
-{
-    CK_SESSION_HANDLE h;
-    if (kl_p11_session_get(k->tok, deadline_ns, &h) != KL_OK) {
-        *no_session = true;
-        return CKR_GENERAL_ERROR;
-    }
-    CK_RV rv = run_once(k, h, op, in, inlen, raw, rawlen);
-    if (kl_p11_rv_session_lost(rv)) {
-        CK_RV r2 = kl_p11_session_recover(k->tok, &h, rv);
-        if (r2 != CKR_OK) {
-            kl_p11_session_drop(k->tok);
-            return r2;
-        }
-        rv = run_once(k, h, op, in, inlen, raw, rawlen);
-    }
-    if (rv == CKR_KEY_HANDLE_INVALID || rv == CKR_OBJECT_HANDLE_INVALID) {
-        /* the token forgot the handle, or hides private objects because it
-         * was logged out (SoftHSM says so this way): log in again on this
-         * session (harmless when logged in), then look the key up again */
-        CK_RV r2 = kl_p11_session_recover(k->tok, &h, CKR_USER_NOT_LOGGED_IN);
-        if (r2 != CKR_OK) {
-            kl_p11_session_drop(k->tok);
-            return r2;
-        }
-        CK_OBJECT_HANDLE o;
-        size_t count = 0;
-        if (kl_p11_find(k->tok, h, CKO_PRIVATE_KEY, k, &o, &count) == CKR_OK &&
-            count == 1) {
-            atomic_store(&k->handle, o);
-            rv = run_once(k, h, op, in, inlen, raw, rawlen);
-        }
-    }
-    if (kl_p11_rv_session_lost(rv))
-        kl_p11_session_discard(k->tok, h);
-    else
-        kl_p11_session_put(k->tok, h);
-    return rv;
-}
-
 /* The token refused this input or mechanism (vs. the token failing). */
 static bool input_error(CK_RV rv)
 {
@@ -173,6 +130,85 @@ static bool input_error(CK_RV rv)
            rv == CKR_MECHANISM_PARAM_INVALID ||
            rv == CKR_KEY_TYPE_INCONSISTENT ||
            rv == CKR_KEY_FUNCTION_NOT_PERMITTED;
+}
+
+/* The session is gone with the error (vs. alive, perhaps logged out):
+ * its handle must not be closed - the module may have given the number to
+ * a new session. */
+static bool session_dead(CK_RV rv)
+{
+    return rv == CKR_SESSION_HANDLE_INVALID || rv == CKR_SESSION_CLOSED ||
+           rv == CKR_DEVICE_REMOVED || rv == CKR_TOKEN_NOT_PRESENT;
+}
+
+/* Runs op with a session of the key's token. A failure the token can
+ * recover from is repaired and the operation tried again: a session that
+ * was closed or logged out (or a token that went away) is replaced once;
+ * a key handle the token forgot is looked up again, twice at most. They
+ * come in any order, since one fault brings another: a token that logged
+ * out - also through another thread's session, at any moment - forgets its
+ * private handles (SoftHSM does), and a session may die on the try after a
+ * look-up. So at most four tries, and none once the deadline passed: the
+ * answer is an error by then. */
+static CK_RV run(kl_p11_key *k, const p11_op *op, const uint8_t *in,
+                 size_t inlen, uint8_t *raw, CK_ULONG *rawlen,
+                 uint64_t deadline_ns, bool *no_session)
+{
+    CK_SESSION_HANDLE h;
+    if (kl_p11_session_get(k->tok, deadline_ns, &h) != KL_OK) {
+        *no_session = true;
+        return CKR_GENERAL_ERROR;
+    }
+    int reopens = 1, refinds = 2;
+    CK_RV rv = run_once(k, h, op, in, inlen, raw, rawlen);
+    for (;;) {
+        bool lost = kl_p11_rv_session_lost(rv) && reopens > 0;
+        bool forgot =
+            (rv == CKR_KEY_HANDLE_INVALID || rv == CKR_OBJECT_HANDLE_INVALID) &&
+            refinds > 0;
+        if ((!lost && !forgot) || kl_now_ns() >= deadline_ns)
+            break;
+        CK_RV r2;
+        if (lost) {
+            reopens--;
+            r2 = kl_p11_session_recover(k->tok, &h, rv);
+        } else {
+            /* the token forgot the handle, or hides private objects
+             * because it was logged out (SoftHSM says so this way): log in
+             * again on this session (harmless when logged in), then look
+             * the key up again */
+            refinds--;
+            r2 = kl_p11_session_recover(k->tok, &h, CKR_USER_NOT_LOGGED_IN);
+        }
+        if (r2 != CKR_OK) {
+            kl_p11_session_drop(k->tok); /* recover left no session */
+            return r2;
+        }
+        if (forgot) {
+            CK_OBJECT_HANDLE o;
+            size_t count = 0;
+            CK_RV fr = kl_p11_find(k->tok, h, CKO_PRIVATE_KEY, k, &o, &count);
+            if (fr != CKR_OK) {
+                rv = fr; /* e.g. the session died meanwhile: see above */
+                continue;
+            }
+            if (count != 1)
+                break; /* the key is gone: rv stays */
+            atomic_store(&k->handle, o);
+        }
+        rv = run_once(k, h, op, in, inlen, raw, rawlen);
+    }
+    /* Only a session that worked goes back to the pool: after another
+     * failure an operation may still be active on it (a module that does
+     * not end it on error), which would fail every later use with
+     * CKR_OPERATION_ACTIVE. Closing the session ends it. */
+    if (rv == CKR_OK || input_error(rv))
+        kl_p11_session_put(k->tok, h);
+    else if (session_dead(rv))
+        kl_p11_session_drop(k->tok);
+    else
+        kl_p11_session_discard(k->tok, h);
+    return rv;
 }
 
 /* r || s (two equal halves) into a DER ECDSA-Sig-Value. */
@@ -287,9 +323,10 @@ uint8_t kl_p11_exec(const kl_key *key, uint8_t opcode, const uint8_t *in,
         err = KL_ERR_INTERNAL; /* P6: busy past the deadline */
     } else if (rv != CKR_OK) {
         char b[32];
+        /* the key's URI: the token's names the key that opened it */
         kl_log(input_error(rv) ? KL_LOG_DEBUG : KL_LOG_WARN,
-               "%s: opcode 0x%02x failed: %s", kl_p11_token_name(k->tok),
-               opcode, kl_p11_rv_str(rv, b, sizeof b));
+               "%s: opcode 0x%02x failed: %s", kl_key_path(key), opcode,
+               kl_p11_rv_str(rv, b, sizeof b));
         err = input_error(rv) ? KL_ERR_CRYPTO : KL_ERR_INTERNAL;
     } else {
         err = finish(k, &op, raw, rawlen, out, outcap, out_len);

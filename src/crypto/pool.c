@@ -10,12 +10,25 @@
  *   waiting slow job is taken after FAST_STREAK fast picks in a row (with a
  *   single worker, every other pick: the two classes alternate).
  * The blocking class (PKCS#11 keys) has its own threads and condition
- * variable: those threads take only blocking jobs, the others never do. */
+ * variable: those threads take only blocking jobs, the others never do.
+ *
+ * A PKCS#11 call cannot be interrupted, and an HSM may stall for seconds.
+ * So a blocking job is answered at its deadline even when its token call
+ * has not returned: a watchdog thread answers the jobs whose deadline
+ * passed, running or queued, with KL_ERR_INTERNAL (P6), while the worker
+ * keeps blocking. Ownership stays race-free because a blocking worker runs
+ * on private copies of the input and output: the job itself is touched
+ * only by whoever answers it, and who that is - the worker when its call
+ * returns, or the watchdog at the deadline - is decided under the pool's
+ * mutex (bslot.answered). A late result is wiped and dropped. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
 
 #include "core/log.h"
 #include "core/time.h"
@@ -23,6 +36,15 @@
 
 #define DEFAULT_QUEUE_LIMIT 65536u
 #define FAST_STREAK 8u
+
+/* What a blocking worker runs; job, deadline_ns and answered are guarded by
+ * the pool's mutex. */
+typedef struct bslot {
+    struct kl_pool *pool;
+    kl_job *job; /* NULL: idle */
+    uint64_t deadline_ns;
+    bool answered; /* the watchdog answered job: drop the result */
+} bslot;
 
 typedef struct job_queue {
     kl_job *head, *tail;
@@ -45,7 +67,13 @@ struct kl_pool {
     pthread_cond_t bcv; /* blocking workers wait here */
     int blocking_want;
     pthread_t *bthreads;
+    bslot *bslots;
     int bstarted;
+    /* the watchdog of the blocking class (see above) */
+    pthread_cond_t wcv; /* CLOCK_MONOTONIC */
+    pthread_t wthread;
+    bool wstarted, wstop;
+    uint64_t wnext; /* when it wakes up by itself; 0: it is scanning */
 };
 
 static kl_job *pop(job_queue *q)
@@ -84,15 +112,22 @@ static kl_job *pick(kl_pool *p, kl_cost_class *cls)
 
 static void run(kl_job *job)
 {
-    if (job->test_delay_us)
-        usleep((useconds_t)job->test_delay_us);
     job->out_len = 0;
-    if (job->deadline_ns && kl_now_ns() > job->deadline_ns)
-        job->err = KL_ERR_INTERNAL; /* P6 shedding: no crypto for the late */
-    else
+    /* P6 shedding: no work for a request that cannot be answered by its
+     * deadline - neither one that expired in the queue nor one whose known
+     * cost would take it past the deadline. The test delay stands for slow
+     * crypto, so it counts as that cost (real crypto costs are not modelled
+     * yet: they are microseconds next to client budgets). */
+    uint64_t cost_ns = job->test_delay_us * 1000u;
+    if (job->deadline_ns && kl_now_ns() + cost_ns > job->deadline_ns) {
+        job->err = KL_ERR_INTERNAL;
+    } else {
+        if (job->test_delay_us)
+            usleep((useconds_t)job->test_delay_us);
         job->err = kl_crypto_exec_deadline(job->key, job->opcode, job->in,
                                            job->in_len, job->out, job->out_cap,
                                            &job->out_len, job->deadline_ns);
+    }
     job->done(job); /* the job belongs to its owner from here on */
 }
 
@@ -122,17 +157,77 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+static void answer_late(kl_job *job)
+{
+    job->out_len = 0;
+    job->err = KL_ERR_INTERNAL; /* P6: not done by its deadline */
+    job->done(job);
+}
+
+/* Called with the lock held: a new deadline the watchdog must wake for. */
+static void watch(kl_pool *p, uint64_t deadline_ns)
+{
+    if (deadline_ns && p->wstarted && deadline_ns < p->wnext)
+        pthread_cond_signal(&p->wcv);
+}
+
+/* Runs a blocking job on private buffers (see the top of the file). Called
+ * and returns with the lock held. */
+static void run_blocking(kl_pool *p, bslot *slot, kl_job *job)
+{
+    size_t in_len = job->in_len, cap = job->out_cap;
+    uint8_t *buf = malloc(in_len + cap + 1);
+    if (!buf) {
+        pthread_mutex_unlock(&p->mu);
+        answer_late(job);
+        pthread_mutex_lock(&p->mu);
+        return;
+    }
+    if (in_len)
+        memcpy(buf, job->in, in_len);
+    const kl_key *key = job->key;
+    uint8_t opcode = job->opcode;
+    uint64_t deadline = job->deadline_ns, delay = job->test_delay_us;
+    slot->job = job;
+    slot->deadline_ns = deadline;
+    slot->answered = false;
+    watch(p, deadline);
+    pthread_mutex_unlock(&p->mu);
+
+    if (delay)
+        usleep((useconds_t)delay);
+    size_t out_len = 0;
+    uint8_t err = KL_ERR_INTERNAL; /* P6 shedding: no crypto for the late */
+    if (!deadline || kl_now_ns() <= deadline)
+        err = kl_crypto_exec_deadline(key, opcode, buf, in_len, buf + in_len,
+                                      cap, &out_len, deadline);
+
+    pthread_mutex_lock(&p->mu);
+    bool mine = !slot->answered;
+    slot->job = NULL;
+    pthread_mutex_unlock(&p->mu);
+    if (mine) {
+        if (out_len)
+            memcpy(job->out, buf + in_len, out_len);
+        job->out_len = out_len;
+        job->err = err;
+    }
+    OPENSSL_cleanse(buf, in_len + cap); /* a decrypt's plaintext */
+    free(buf);
+    if (mine)
+        job->done(job); /* the job belongs to its owner from here on */
+    pthread_mutex_lock(&p->mu);
+}
+
 static void *blocking_main(void *arg)
 {
-    kl_pool *p = arg;
+    bslot *slot = arg;
+    kl_pool *p = slot->pool;
     job_queue *q = &p->q[KL_COST_BLOCKING];
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (q->head) {
-            kl_job *job = pop(q);
-            pthread_mutex_unlock(&p->mu);
-            run(job);
-            pthread_mutex_lock(&p->mu);
+            run_blocking(p, slot, pop(q));
             continue;
         }
         if (p->stopping)
@@ -144,14 +239,107 @@ static void *blocking_main(void *arg)
     return NULL;
 }
 
-/* Called with the lock held (or before the pool is shared). */
+/* Called with the lock held: takes the blocking jobs, running or queued,
+ * whose deadline passed (a list through ->next), and sets *next to the
+ * earliest deadline still to come (UINT64_MAX: none). */
+static kl_job *collect_late(kl_pool *p, uint64_t now, uint64_t *next)
+{
+    kl_job *late = NULL;
+    *next = UINT64_MAX;
+    for (int i = 0; i < p->bstarted; i++) {
+        bslot *s = &p->bslots[i];
+        if (!s->job || s->answered || !s->deadline_ns)
+            continue;
+        if (s->deadline_ns <= now) {
+            s->answered = true; /* from here on the job is the watchdog's */
+            s->job->next = late;
+            late = s->job;
+        } else if (s->deadline_ns < *next) {
+            *next = s->deadline_ns;
+        }
+    }
+    job_queue *q = &p->q[KL_COST_BLOCKING];
+    kl_job *prev = NULL;
+    for (kl_job *j = q->head, *nx; j; j = nx) {
+        nx = j->next;
+        if (!j->deadline_ns || j->deadline_ns > now) {
+            if (j->deadline_ns && j->deadline_ns < *next)
+                *next = j->deadline_ns;
+            prev = j;
+            continue;
+        }
+        if (prev)
+            prev->next = nx;
+        else
+            q->head = nx;
+        if (q->tail == j)
+            q->tail = prev;
+        atomic_store_explicit(
+            &q->len, atomic_load_explicit(&q->len, memory_order_relaxed) - 1,
+            memory_order_relaxed);
+        j->next = late;
+        late = j;
+    }
+    return late;
+}
+
+static void *watchdog_main(void *arg)
+{
+    kl_pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->wstop) {
+        uint64_t next;
+        kl_job *late = collect_late(p, kl_now_ns(), &next);
+        if (late) {
+            p->wnext = 0; /* scanning again next: no need to wake it */
+            pthread_mutex_unlock(&p->mu);
+            while (late) {
+                kl_job *j = late;
+                late = j->next;
+                j->next = NULL;
+                answer_late(j);
+            }
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        p->wnext = next;
+        if (next == UINT64_MAX) {
+            pthread_cond_wait(&p->wcv, &p->mu);
+        } else {
+            struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ull),
+                                  .tv_nsec = (long)(next % 1000000000ull)};
+            pthread_cond_timedwait(&p->wcv, &p->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* Called with the lock held. */
 static void start_blocking(kl_pool *p)
 {
     int n = p->blocking_want;
-    if (p->bthreads || !(p->bthreads = calloc((size_t)n, sizeof *p->bthreads)))
+    if (p->bthreads)
         return;
+    p->bthreads = calloc((size_t)n, sizeof *p->bthreads);
+    p->bslots = calloc((size_t)n, sizeof *p->bslots);
+    if (!p->bthreads || !p->bslots) {
+        free(p->bthreads);
+        free(p->bslots);
+        p->bthreads = NULL;
+        p->bslots = NULL;
+        return;
+    }
+    p->wnext = UINT64_MAX;
+    if (pthread_create(&p->wthread, NULL, watchdog_main, p) != 0) {
+        kl_error("crypto pool: cannot start the blocking-class watchdog");
+        return; /* no blocking workers either: their jobs are refused */
+    }
+    p->wstarted = true;
     for (int i = 0; i < n; i++) {
-        if (pthread_create(&p->bthreads[i], NULL, blocking_main, p) != 0)
+        p->bslots[i].pool = p;
+        if (pthread_create(&p->bthreads[i], NULL, blocking_main,
+                           &p->bslots[i]) != 0)
             break;
         p->bstarted++;
     }
@@ -188,15 +376,23 @@ kl_pool *kl_pool_new(const kl_pool_opts *opts)
         free(p);
         return NULL;
     }
-    if (pthread_cond_init(&p->cv, NULL) != 0 ||
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* kl_now_ns's clock */
+    int wcv_rc = pthread_cond_init(&p->wcv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (wcv_rc != 0 || pthread_cond_init(&p->cv, NULL) != 0 ||
         pthread_cond_init(&p->bcv, NULL) != 0) {
         pthread_mutex_destroy(&p->mu);
         free(p->threads);
         free(p);
         return NULL;
     }
-    if (opts && opts->blocking_workers > 0)
+    if (opts && opts->blocking_workers > 0) {
+        pthread_mutex_lock(&p->mu); /* its threads start using p at once */
         start_blocking(p);
+        pthread_mutex_unlock(&p->mu);
+    }
     for (int i = 0; i < p->workers; i++) {
         if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0)
             break;
@@ -230,9 +426,20 @@ void kl_pool_free(kl_pool *p)
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->started; i++)
         pthread_join(p->threads[i], NULL);
+    /* the watchdog goes last: it still answers, at their deadline, the
+     * jobs of blocking workers that are stuck in a token call */
     for (int i = 0; i < p->bstarted; i++)
         pthread_join(p->bthreads[i], NULL);
+    if (p->wstarted) {
+        pthread_mutex_lock(&p->mu);
+        p->wstop = true;
+        pthread_cond_signal(&p->wcv);
+        pthread_mutex_unlock(&p->mu);
+        pthread_join(p->wthread, NULL);
+    }
     free(p->bthreads);
+    free(p->bslots);
+    pthread_cond_destroy(&p->wcv);
     pthread_cond_destroy(&p->bcv);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
@@ -265,6 +472,8 @@ kl_status kl_pool_submit(kl_pool *p, kl_job *job)
         q->tail = job;
         atomic_store_explicit(&q->len, len + 1, memory_order_relaxed);
         pthread_cond_signal(c == KL_COST_BLOCKING ? &p->bcv : &p->cv);
+        if (c == KL_COST_BLOCKING)
+            watch(p, job->deadline_ns);
     }
     pthread_mutex_unlock(&p->mu);
     return s;

@@ -3,9 +3,12 @@
  * class can never occupy every worker, so a burst of RSA-4096 cannot delay
  * ECDSA behind it. Jobs on PKCS#11 keys (the blocking class) run on their own
  * threads only: a slow or stalled HSM never holds a fast or slow worker.
- * Completion is reported through the job's callback on the worker thread; the
+ * Completion is reported through the job's callback on a pool thread; the
  * callback hands the job back to its owner (e.g. through a shard's completion
- * queue) and must not block. */
+ * queue) and must not block. A blocking-class job with a deadline is
+ * answered by its deadline even when the token call it made has not
+ * returned (the late result is dropped; the pool no longer touches the job
+ * or its buffers once the callback ran). */
 #ifndef KL_CRYPTO_POOL_H
 #define KL_CRYPTO_POOL_H
 

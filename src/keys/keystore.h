@@ -36,6 +36,8 @@ typedef void (*kl_keystore_report_fn)(void *arg, int level, const char *path,
 typedef struct kl_keystore_opts {
     bool allow_group_readable; /* accept key files readable by group/others */
     bool check_mode;           /* --check: also warn about x.key.bak etc. */
+    bool skip_bad_keys; /* reload, --check: a key file in a directory that
+                           fails is reported and skipped; the walk goes on */
     kl_keystore_report_fn report; /* NULL: log through core/log */
     void *report_arg;
 } kl_keystore_opts;

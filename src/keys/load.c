@@ -217,6 +217,8 @@ static kl_status walk(kl_keystore *ks, const char *dir, int depth)
             s = walk(ks, path, depth + 1);
         } else if (ends_with(name, nlen, KEY_SUFFIX)) {
             s = kl_keystore_add_file(ks, path);
+            if (s != KL_OK && s != KL_E_NOMEM && ks->opts.skip_bad_keys)
+                s = KL_OK; /* reported by add_file; keep walking */
         } else if (ks->opts.check_mode && strstr(name, KEY_SUFFIX)) {
             kl_keystore_report(ks, KL_LOG_WARN, path,
                                "not loaded: keylessd loads only files whose "

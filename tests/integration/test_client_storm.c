@@ -147,14 +147,13 @@ static void test_storm(void **state)
             NREQ, st.written, st.expired_unsent, st.retries, srv_req, srv_shed,
             crypto, ok, shed_seen, timeouts);
 
-    /* the overload was real: some requests could not even be written
-     * and some expired in the server's queue */
-    assert_true(st.expired_unsent > 0);
+    /* the overload was real: the offered rate is twice what one worker
+     * with a 20 ms cost can do, so the server had to shed */
     assert_true(srv_shed > 0);
-    /* (goodput is low: keylessd's --test-delay sleeps before the pool
-     * checks the deadline, so even a shed request costs the worker its
-     * 20 ms - the hook simulates a slow key, not a slow check) */
-    assert_true(ok > 0);
+    /* ...and shedding is cheap: the worker's time went to requests that
+     * could still be answered in time, so goodput stays near capacity
+     * (one worker, 20 ms each, over the ~3 s run: ~150) */
+    assert_true(ok >= (unsigned)(NREQ * 1000 / RATE_PER_S / DELAY_MS) / 2);
     /* within 1.1x, counted on both sides of the wire */
     assert_int_equal(st.submitted, NREQ);
     assert_true(st.written * 10 <= (uint64_t)NREQ * 11);
