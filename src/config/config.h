@@ -1,9 +1,9 @@
 /* keylessd configuration (style.md 10): one table of options drives the
- * YAML file, the KEYLESS_* environment, the command-line flags, validation
- * and --help. Precedence: flag > environment > file > default.
- *
- * This is the minimal set the server needs; the drop-in issue extends the
- * table with the rest of the reference's gokeyless.yaml keys. */
+ * YAML file, the KEYLESS_* environment, the command-line flags, validation,
+ * --help, --output-config and docs/OPERATIONS.md. Precedence: flag >
+ * environment > file > default. Every key of the reference server's
+ * gokeyless.yaml is an option here, with the reference's default (issue 4,
+ * drop-in replacement). */
 #ifndef KL_CONFIG_CONFIG_H
 #define KL_CONFIG_CONFIG_H
 
@@ -36,14 +36,30 @@ typedef struct kl_test_delay {
 typedef struct kl_config {
     /* options (fields named as their YAML keys) */
     int loglevel;
-    int port;
-    char *listen_address;
+    char *hostname;
+    char *zone_id;
+    char *origin_ca_api_key; /* secret: redacted in --output-config */
+    char *init_endpoint;
     char *auth_cert;
     char *auth_key;
+    char *auth_csr;
     char *cloudflare_ca_cert;
-    char *private_key_dirs;  /* comma list, added to the stores */
-    char *private_key_files; /* comma list, added to the stores */
+    int port;
+    int metrics_port;
+    char *pid_file;
+    char *current_time; /* RFC 3339; see current_time_unix */
+    bool tracing_enabled;
+    char *tracing_address;
+    double tracing_sample_rate;
+    uint64_t sign_timeout_ns;
+    int sign_retry_count;
+    char *listen_address;
+    char *private_key_dirs;  /* comma list: replaces private_key_stores */
+    char *private_key_files; /* comma list: replaces private_key_stores */
     bool allow_group_readable_keys;
+    bool watch_key_dirs;
+    uint64_t watch_delay_ns;
+    bool auto_renew;
     int shards;  /* 0: number of CPUs */
     int workers; /* 0: number of CPUs */
     int max_inflight_per_conn;
@@ -55,7 +71,9 @@ typedef struct kl_config {
     bool tls13;
     char *config_file;
     char *test_delay; /* comma list of SKIHEX:MS */
-    bool help, version, check;
+    /* modes (flags only) */
+    bool help, help_markdown, help_man, version, check, keystore_debug,
+        output_config, config_only, manual_activation, renew;
 
     /* derived by kl_config_load() */
     kl_store_cfg *stores; /* private_key_stores, then dirs, then files */
@@ -63,6 +81,10 @@ typedef struct kl_config {
     kl_test_delay *test_delays;
     size_t ntest_delays;
     const char *loaded_file; /* the config file read, or NULL */
+    bool has_current_time;
+    int64_t current_time_unix; /* current_time in seconds since 1970 */
+    /* tracing_address as the OTLP/HTTP endpoint keylessd exports to */
+    char *tracing_endpoint;
     /* Problems that do not stop startup (e.g. an unknown key, kept for
      * compatibility with the reference), one line each, for the caller to
      * log once the log level is known. */
@@ -75,11 +97,13 @@ kl_config *kl_config_new(void);
 void kl_config_free(kl_config *cfg);
 
 /* Applies, in order, the file (from -c/--config-file or KEYLESS_CONFIG_FILE,
- * else ./gokeyless.yaml or ./gokeyless.yml if present), the environment
- * (envp; NULL means the process environment) and argv (argv[0] is the program
- * name). On failure returns KL_E_CONFIG with one message in err naming the
- * file and line (or the flag or variable), the option and the fix. When --help
- * or --version is given the rest is still parsed but not validated. */
+ * else the first of gokeyless.yaml, gokeyless.yml, gokeyless.json,
+ * keylessd.yaml, keylessd.yml, keylessd.json found in the working directory,
+ * then in /etc/keyless), the environment (envp; NULL means the process
+ * environment) and argv (argv[0] is the program name). On failure returns
+ * KL_E_CONFIG with one message in err naming the file and line (or the flag
+ * or variable), the option and the fix. When --help or --version is given
+ * the rest is still parsed but not validated. */
 KL_WUR kl_status kl_config_load(kl_config *cfg, int argc, char *const *argv,
                                 char *const *envp, char *err, size_t errlen);
 
@@ -89,8 +113,25 @@ KL_WUR kl_status kl_config_apply_yaml(kl_config *cfg, const char *name,
                                       const uint8_t *text, size_t len,
                                       char *err, size_t errlen);
 
+/* The directories searched for a configuration file when none is named
+ * (NULL-terminated; default {".", "/etc/keyless", NULL}). For tests: the
+ * array must outlive every later kl_config_load. NULL restores the default. */
+void kl_config_set_search_dirs(const char *const *dirs);
+
 /* Writes --help, generated from the option table. */
 void kl_config_usage(FILE *out, const char *prog);
+/* Writes the option reference of docs/OPERATIONS.md (a Markdown table per
+ * group), generated from the option table (--help-markdown). */
+void kl_config_usage_markdown(FILE *out);
+/* Writes the OPTIONS section of keylessd(8) in roff (--help-man). */
+void kl_config_usage_man(FILE *out);
+/* Writes the effective configuration as YAML that keylessd reads back
+ * (--output-config): every file option, secrets (origin_ca_api_key, PINs in
+ * PKCS#11 URIs) redacted. */
+void kl_config_write_yaml(const kl_config *cfg, FILE *out);
+/* A PKCS#11 URI with its pin-value replaced by "REDACTED" (malloc'd; NULL
+ * when out of memory). */
+char *kl_config_redact_uri(const char *uri);
 
 /* ---- the option table (for --help and generated documentation) ---- */
 
@@ -101,12 +142,15 @@ typedef enum kl_opt_type {
     KL_OPT_DURATION, /* "10s", "500ms", "2m", "1h30m" */
     KL_OPT_STORES,   /* YAML list of {dir: ...} / {file: ...} maps */
     KL_OPT_MODE,     /* a flag without value: --help, --check */
+    KL_OPT_FLOAT,    /* a decimal number within [min, max] */
 } kl_opt_type;
 
 enum {
     KL_OPTF_RELOADABLE = 1u, /* may change at reload (drop-in issue) */
     KL_OPTF_NO_YAML = 2u,    /* flag/environment only */
     KL_OPTF_TEST_ONLY = 4u,  /* for tests; marked as such in --help */
+    KL_OPTF_SECRET = 8u,     /* redacted in --output-config */
+    KL_OPTF_COMPAT = 16u,    /* accepted for the reference; see its help */
 };
 
 typedef struct kl_option {
@@ -121,10 +165,16 @@ typedef struct kl_option {
     char short_flag;     /* or 0 */
     const char *metavar; /* for --help */
     const char *help;
-    unsigned flags; /* KL_OPTF_* */
+    unsigned flags;    /* KL_OPTF_* */
+    const char *group; /* heading in --help and OPERATIONS.md */
 } kl_option;
 
 const kl_option *kl_config_options(size_t *count);
+/* The value of option o in cfg as text ("2407", "30s", "true", the
+ * string; "" for an unset string; secrets redacted; the stores as YAML flow
+ * text). */
+void kl_config_value_text(const kl_config *cfg, const kl_option *o, char *out,
+                          size_t cap);
 /* The option with this YAML name, or NULL. */
 const kl_option *kl_config_find(const char *name);
 

@@ -1,6 +1,6 @@
 /* Putting the sources together: defaults, then the file, then the
  * environment, then the flags (flag > environment > file > default), then
- * the derived fields. Also --help, generated from the option table. */
+ * the derived fields (derive.c). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -51,6 +51,7 @@ void kl_config_free(kl_config *cfg)
         free(cfg->warnings[i]);
     free(cfg->warnings);
     free((char *)cfg->loaded_file);
+    free(cfg->tracing_endpoint);
     free(cfg);
 }
 
@@ -174,86 +175,6 @@ static kl_status apply_file(kl_config *cfg, const char *path, char *err,
     return st;
 }
 
-static kl_status split_stores(kl_config *cfg, const char *list,
-                              kl_store_kind kind)
-{
-    if (!list)
-        return KL_OK;
-    char *copy = strdup(list), *save = NULL;
-    KL_ENSURE(copy != NULL, KL_E_NOMEM);
-    kl_status st = KL_OK;
-    for (char *p = strtok_r(copy, ",", &save); p && st == KL_OK;
-         p = strtok_r(NULL, ",", &save)) {
-        while (isspace((unsigned char)*p))
-            p++;
-        if (*p)
-            st = kl_cfg_add_store(cfg, kind, p);
-    }
-    free(copy);
-    return st;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (char)tolower((unsigned char)c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-static bool parse_ski(const char *hex, uint8_t ski[KL_SKI_LEN])
-{
-    if (strlen(hex) != 2 * KL_SKI_LEN)
-        return false;
-    for (size_t i = 0; i < KL_SKI_LEN; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return false;
-        ski[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return true;
-}
-
-static kl_status parse_test_delays(kl_config *cfg, char *err, size_t errlen)
-{
-    if (!cfg->test_delay || !*cfg->test_delay)
-        return KL_OK;
-    char *copy = strdup(cfg->test_delay), *save = NULL;
-    KL_ENSURE(copy != NULL, KL_E_NOMEM);
-    kl_status st = KL_OK;
-    for (char *p = strtok_r(copy, ",", &save); p && st == KL_OK;
-         p = strtok_r(NULL, ",", &save)) {
-        char *colon = strrchr(p, ':');
-        kl_test_delay d;
-        char *end = NULL;
-        unsigned long ms = 0;
-        if (colon) {
-            *colon = 0;
-            errno = 0;
-            ms = strtoul(colon + 1, &end, 10);
-        }
-        if (!colon || !parse_ski(p, d.ski) || !end || end == colon + 1 ||
-            *end || errno || ms > 600000) {
-            st = kl_cfg_fail(err, errlen,
-                             "test_delay: \"%s\" must be SKIHEX:MILLISECONDS "
-                             "(40 hex digits, at most 600000 ms)",
-                             cfg->test_delay);
-            break;
-        }
-        d.ms = (uint32_t)ms;
-        kl_test_delay *v =
-            realloc(cfg->test_delays, (cfg->ntest_delays + 1) * sizeof *v);
-        if (!v) {
-            st = KL_E_NOMEM;
-            break;
-        }
-        cfg->test_delays = v;
-        v[cfg->ntest_delays++] = d;
-    }
-    free(copy);
-    return st;
-}
-
 kl_status kl_config_load(kl_config *cfg, int argc, char *const *argv,
                          char *const *envp, char *err, size_t errlen)
 {
@@ -263,22 +184,18 @@ kl_status kl_config_load(kl_config *cfg, int argc, char *const *argv,
     flag_value *flags = calloc((size_t)(argc > 0 ? argc : 1), sizeof *flags);
     KL_ENSURE(flags != NULL, KL_E_NOMEM);
     size_t nflags = 0;
+    char *file = NULL;
     kl_status st = scan_flags(argc, argv, flags, &nflags, err, errlen);
     if (st != KL_OK)
         goto out;
 
     /* The file: its name can only come from a flag or the environment. */
-    const char *file = env_get(envp, "KEYLESS_CONFIG_FILE");
+    const char *named = env_get(envp, "KEYLESS_CONFIG_FILE");
     for (size_t i = 0; i < nflags; i++)
         if (strcmp(flags[i].opt->name, "config_file") == 0)
-            file = flags[i].value;
-    if (!file) {
-        static const char *const search[] = {"gokeyless.yaml", "gokeyless.yml"};
-        struct stat sb;
-        for (size_t i = 0; i < 2 && !file; i++)
-            if (stat(search[i], &sb) == 0)
-                file = search[i];
-    }
+            named = flags[i].value;
+    if ((st = kl_cfg_find_file(cfg, named, &file, err, errlen)) != KL_OK)
+        goto out;
     if (file && (st = apply_file(cfg, file, err, errlen)) != KL_OK)
         goto out;
 
@@ -298,85 +215,11 @@ kl_status kl_config_load(kl_config *cfg, int argc, char *const *argv,
             goto out;
         }
     }
-    if (cfg->help || cfg->version)
+    if (cfg->help || cfg->help_markdown || cfg->help_man || cfg->version)
         goto out;
-
-    if ((st = split_stores(cfg, cfg->private_key_dirs, KL_STORE_DIR)) ||
-        (st = split_stores(cfg, cfg->private_key_files, KL_STORE_FILE)) ||
-        (st = parse_test_delays(cfg, err, errlen)))
-        goto out;
-    if (!cfg->listen_address || !*cfg->listen_address)
-        st = kl_cfg_fail(err, errlen,
-                         "listen_address: must not be empty; use 0.0.0.0 for "
-                         "every IPv4 address");
+    st = kl_cfg_derive(cfg, err, errlen);
 out:
+    free(file);
     free(flags);
     return st;
-}
-
-/* Prints text from column `col`, wrapped at 79 columns. */
-static void wrap(FILE *out, const char *text, int col)
-{
-    int x = col;
-    while (*text) {
-        const char *sp = strchr(text, ' ');
-        int w = sp ? (int)(sp - text) : (int)strlen(text);
-        if (x > col && x + 1 + w > 79) {
-            fprintf(out, "\n%*s", col, "");
-            x = col;
-        }
-        if (x > col) {
-            fputc(' ', out);
-            x++;
-        }
-        fprintf(out, "%.*s", w, text);
-        x += w;
-        text += w;
-        while (*text == ' ')
-            text++;
-    }
-}
-
-void kl_config_usage(FILE *out, const char *prog)
-{
-    size_t n;
-    const kl_option *opts = kl_config_options(&n);
-    fprintf(out,
-            "Usage: %s [flags]\n"
-            "The Keyless SSL key server. Every option can also be set in the "
-            "YAML file\n(under its name) and in the environment (KEYLESS_*); "
-            "flags win over the\nenvironment, which wins over the file.\n\n",
-            prog);
-    for (size_t i = 0; i < n; i++) {
-        const kl_option *o = &opts[i];
-        char left[96];
-        const char *mv = o->metavar ? o->metavar : "";
-        const char *sp = o->metavar ? " " : "";
-        if (o->flag && o->short_flag)
-            snprintf(left, sizeof left, "  -%c, --%s%s%s", o->short_flag,
-                     o->flag, sp, mv);
-        else if (o->flag)
-            snprintf(left, sizeof left, "      --%s%s%s", o->flag, sp, mv);
-        else
-            snprintf(left, sizeof left, "      %s: (file only)", o->name);
-        char text[640];
-        size_t t = (size_t)snprintf(text, sizeof text, "%s", o->help);
-        if (o->def && o->type != KL_OPT_MODE && t < sizeof text)
-            t += (size_t)snprintf(text + t, sizeof text - t, " (default: %s)",
-                                  o->def);
-        if ((o->flags & KL_OPTF_NO_YAML) == 0 && t < sizeof text)
-            t += (size_t)snprintf(text + t, sizeof text - t, " [file: %s]",
-                                  o->name);
-        if (o->env && t < sizeof text)
-            t += (size_t)snprintf(text + t, sizeof text - t, " [env: %s]",
-                                  o->env);
-        if ((o->flags & KL_OPTF_RELOADABLE) && t < sizeof text)
-            snprintf(text + t, sizeof text - t, " [reloadable]");
-        if (strlen(left) > 32)
-            fprintf(out, "%s\n%-32s", left, "");
-        else
-            fprintf(out, "%-32s", left);
-        wrap(out, text, 32);
-        fputc('\n', out);
-    }
 }

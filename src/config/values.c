@@ -49,6 +49,15 @@ kl_status kl_cfg_add_store(kl_config *cfg, kl_store_kind kind, const char *path)
     return KL_OK;
 }
 
+void kl_cfg_clear_stores(kl_config *cfg)
+{
+    for (size_t i = 0; i < cfg->nstores; i++)
+        free(cfg->stores[i].path);
+    free(cfg->stores);
+    cfg->stores = NULL;
+    cfg->nstores = 0;
+}
+
 kl_status kl_parse_bool(const char *s, bool *out)
 {
     static const char *const yes[] = {"true", "yes", "on", "1"};
@@ -217,11 +226,23 @@ kl_status kl_opt_set(kl_config *cfg, const kl_option *o, const char *text,
         *slot = copy;
         return KL_OK;
     }
-    case KL_OPT_STORES:
-        return kl_cfg_fail(err, errlen,
-                           "%s: only the YAML file can set it; use "
-                           "--private-key-dirs or --private-key-files",
-                           o->name);
+    case KL_OPT_FLOAT: {
+        char *end;
+        errno = 0;
+        double v = strtod(text, &end);
+        if (end == text || *end != 0 || errno == ERANGE || v != v)
+            return kl_cfg_fail(err, errlen,
+                               "%s: \"%s\" is not a number; use a decimal "
+                               "number in %" PRId64 "..%" PRId64 ", e.g. 0.01",
+                               o->name, text, o->min, o->max);
+        if (v < (double)o->min || v > (double)o->max)
+            return kl_cfg_fail(err, errlen,
+                               "%s: %s is out of range %" PRId64 "..%" PRId64,
+                               o->name, text, o->min, o->max);
+        *(double *)field = v;
+        return KL_OK;
+    }
+    case KL_OPT_STORES: return kl_cfg_set_stores_text(cfg, text, err, errlen);
     }
     return KL_E_INTERNAL;
 }

@@ -3,12 +3,30 @@
  * "gokeyless.yaml:7: port: 70000 is out of range 1..65535". Unknown keys are
  * warnings, not errors: the reference ignores them, and a drop-in replacement
  * must start with the reference's files. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 
 #include "config/internal.h"
 
 #define LINE(node) ((unsigned long)(node)->start_mark.line + 1)
+
+/* "file:line: " for a file, nothing for a value from the environment or a
+ * flag (the caller names those). */
+typedef struct where {
+    const char *file; /* NULL: not from a file */
+    char text[320];
+} where;
+
+static const char *at(where *w, const yaml_node_t *n)
+{
+    if (!w->file)
+        w->text[0] = 0;
+    else
+        snprintf(w->text, sizeof w->text, "%s:%lu: ", w->file, LINE(n));
+    return w->text;
+}
 
 static const char *scalar(const yaml_node_t *n)
 {
@@ -25,16 +43,15 @@ static bool is_null(const yaml_node_t *n)
            strcmp(s, "Null") == 0 || strcmp(s, "NULL") == 0;
 }
 
-static kl_status store_entry(kl_config *cfg, const char *file,
-                             yaml_document_t *doc, yaml_node_t *entry,
-                             char *err, size_t errlen)
+static kl_status store_entry(kl_config *cfg, where *w, yaml_document_t *doc,
+                             yaml_node_t *entry, char *err, size_t errlen)
 {
     if (entry->type != YAML_MAPPING_NODE)
         return kl_cfg_fail(err, errlen,
-                           "%s:%lu: private_key_stores: each entry must be a "
+                           "%sprivate_key_stores: each entry must be a "
                            "map like \"- dir: /etc/keyless/keys\" or \"- "
                            "file: /path/key.pem\"",
-                           file, LINE(entry));
+                           at(w, entry));
     const char *kind_name = NULL, *path = NULL;
     kl_store_kind kind = 0;
     for (yaml_node_pair_t *p = entry->data.mapping.pairs.start;
@@ -43,9 +60,9 @@ static kl_status store_entry(kl_config *cfg, const char *file,
         yaml_node_t *v = yaml_document_get_node(doc, p->value);
         if (!k || !v || k->type != YAML_SCALAR_NODE)
             return kl_cfg_fail(err, errlen,
-                               "%s:%lu: private_key_stores: entry keys must "
+                               "%sprivate_key_stores: entry keys must "
                                "be dir, file or uri",
-                               file, LINE(entry));
+                               at(w, entry));
         const char *name = scalar(k);
         kl_store_kind this_kind;
         if (strcmp(name, "dir") == 0) {
@@ -56,50 +73,54 @@ static kl_status store_entry(kl_config *cfg, const char *file,
             this_kind = KL_STORE_URI;
         } else {
             kl_cfg_warn(cfg,
-                        "%s:%lu: private_key_stores: unknown entry key "
+                        "%sprivate_key_stores: unknown entry key "
                         "\"%s\" ignored",
-                        file, LINE(k), name);
+                        at(w, k), name);
             continue;
         }
         if (kind_name)
             return kl_cfg_fail(err, errlen,
-                               "%s:%lu: private_key_stores: an entry has both "
+                               "%sprivate_key_stores: an entry has both "
                                "%s and %s; give exactly one per entry (use "
                                "one \"- \" entry each)",
-                               file, LINE(k), kind_name, name);
+                               at(w, k), kind_name, name);
         if (v->type != YAML_SCALAR_NODE || is_null(v) || !*scalar(v))
             return kl_cfg_fail(err, errlen,
-                               "%s:%lu: private_key_stores: %s: needs a path",
-                               file, LINE(v), name);
+                               "%sprivate_key_stores: %s: needs a path",
+                               at(w, v), name);
         kind_name = name;
         kind = this_kind;
         path = scalar(v);
     }
     if (!kind_name)
         return kl_cfg_fail(err, errlen,
-                           "%s:%lu: private_key_stores: an entry has none "
+                           "%sprivate_key_stores: an entry has none "
                            "of dir:, file: or uri:",
-                           file, LINE(entry));
+                           at(w, entry));
     return kl_cfg_add_store(cfg, kind, path);
 }
 
-static kl_status stores(kl_config *cfg, const char *file, yaml_document_t *doc,
+/* A new list replaces the stores set so far: a later source (environment,
+ * flag) overrides the file as it does for every other option. */
+static kl_status stores(kl_config *cfg, where *w, yaml_document_t *doc,
                         yaml_node_t *v, char *err, size_t errlen)
 {
+    kl_cfg_clear_stores(cfg);
     if (is_null(v))
         return KL_OK;
     if (v->type != YAML_SEQUENCE_NODE)
         return kl_cfg_fail(err, errlen,
-                           "%s:%lu: private_key_stores: must be a list, e.g. "
+                           "%sprivate_key_stores: must be a list, e.g. "
                            "\"private_key_stores:\\n  - dir: /etc/keyless/"
-                           "keys\"",
-                           file, LINE(v));
+                           "keys\"%s",
+                           at(w, v),
+                           w->file ? "" : " or [{dir: /etc/keyless/keys}]");
     for (yaml_node_item_t *it = v->data.sequence.items.start;
          it < v->data.sequence.items.top; it++) {
         yaml_node_t *entry = yaml_document_get_node(doc, *it);
         if (!entry)
             continue;
-        KL_GUARD(store_entry(cfg, file, doc, entry, err, errlen));
+        KL_GUARD(store_entry(cfg, w, doc, entry, err, errlen));
     }
     return KL_OK;
 }
@@ -134,8 +155,10 @@ static kl_status apply_pair(kl_config *cfg, const char *file,
                     name);
         return KL_OK;
     }
-    if (o->type == KL_OPT_STORES)
-        return stores(cfg, file, doc, v, err, errlen);
+    if (o->type == KL_OPT_STORES) {
+        where w = {.file = file};
+        return stores(cfg, &w, doc, v, err, errlen);
+    }
     if (v->type != YAML_SCALAR_NODE)
         return kl_cfg_fail(
             err, errlen, "%s:%lu: %s: expects a single value, not a %s", file,
@@ -180,6 +203,36 @@ kl_status kl_config_apply_yaml(kl_config *cfg, const char *name,
                 st = apply_pair(cfg, name, &doc, root, p, err, errlen);
         }
     }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return st;
+}
+
+kl_status kl_cfg_set_stores_text(kl_config *cfg, const char *text, char *err,
+                                 size_t errlen)
+{
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser))
+        return KL_E_NOMEM;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text,
+                                 strlen(text));
+    if (!yaml_parser_load(&parser, &doc)) {
+        kl_status st = kl_cfg_fail(
+            err, errlen,
+            "private_key_stores: not valid YAML (%s); write e.g. "
+            "[{dir: /etc/keyless/keys}, {file: /etc/keyless/one.key}]",
+            parser.problem ? parser.problem : "syntax error");
+        yaml_parser_delete(&parser);
+        return st;
+    }
+    where w = {.file = NULL};
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    kl_status st = KL_OK;
+    if (root)
+        st = stores(cfg, &w, &doc, root, err, errlen);
+    else
+        kl_cfg_clear_stores(cfg);
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     return st;

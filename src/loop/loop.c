@@ -23,11 +23,17 @@ static uint32_t to_epoll(unsigned ev)
 static void on_wake(kl_loop *l, kl_watch *w, unsigned events)
 {
     uint64_t v;
-    /* Clear the flag before reading so that a wake racing with this call
-     * writes the eventfd again rather than being lost. */
-    atomic_store(&l->wake_pending, false);
+    /* Read, then clear the flag, then run the callback. Clearing first
+     * would lose wake-ups: a waker that sets the flag and writes between
+     * the clear and the read has its write swallowed by the read while the
+     * flag stays set, and every later waker then skips the write - the loop
+     * never wakes again (seen with three wakers: workers and a reload).
+     * In this order a waker that found the flag still set published its
+     * work before, and the callback below sees it; one that comes after
+     * the clear writes again. */
     while (read(w->fd, &v, sizeof v) < 0 && errno == EINTR)
         ;
+    atomic_store(&l->wake_pending, false);
     if (l->wake_fn)
         l->wake_fn(l, l->wake_arg);
 }

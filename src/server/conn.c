@@ -64,7 +64,8 @@ void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
     kl_outbuf_init(&c->out);
     format_addr(sa, c->addr, sizeof c->addr);
     kl_timer_init(&c->timer, on_timer, c);
-    c->tls = kl_tls_conn_new(srv->o.tls, fd, true, NULL);
+    kl_shard_sync(s); /* new connections get the newest certificate */
+    c->tls = kl_tls_conn_new(kl_shard_tls(s), fd, true, NULL);
     if (!c->tls ||
         kl_watch_start(s->loop, &c->watch, fd, KL_EV_READ, on_event, c) !=
             KL_OK ||

@@ -22,6 +22,24 @@
 typedef struct kl_shard kl_shard;
 typedef struct kl_conn kl_conn;
 
+/* A key store or TLS context that a reload can replace (res.c). The server
+ * holds one reference to the current one, each shard one to the one it
+ * uses; the last release frees it. */
+typedef struct kl_res {
+    atomic_uint refs;
+    void *obj;
+    void (*free_fn)(void *obj);
+} kl_res;
+
+/* A shard's hold on a key store: counted without atomics, since only the
+ * shard's thread submits and completes its jobs. users = jobs that use it,
+ * plus one while it is the shard's current store. */
+typedef struct kl_pin {
+    kl_res *res;
+    uint32_t users;
+    struct kl_pin *next; /* the shard's retired pins */
+} kl_pin;
+
 /* A counter with one writer (its shard) and relaxed readers (style.md 11). */
 typedef _Atomic uint64_t kl_counter;
 #define KL_COUNT(c) KL_COUNT_N(c, 1)
@@ -75,6 +93,7 @@ struct kl_conn {
 typedef struct kl_srv_job {
     kl_job job;
     kl_conn *conn;
+    kl_pin *pin; /* the key store job.key lives in */
     uint32_t id;
     const char *request_id; /* NULL or points into data */
     uint8_t data[];
@@ -101,6 +120,13 @@ struct kl_shard {
     pthread_mutex_t done_mu; /* completion queue: workers push, shard takes */
     kl_job *done_head;
     kl_shard_stats st;
+    /* what a reload swaps (res.c) */
+    uint64_t gen;           /* the server generation taken last */
+    kl_pin *keys;           /* current key store */
+    kl_pin *old_keys;       /* retired stores that jobs still use */
+    kl_res *tls;            /* current TLS context */
+    uint64_t log_window_ns; /* rate limit of warning lines (request.c) */
+    uint32_t log_lines, log_suppressed;
 };
 
 struct kl_server {
@@ -112,6 +138,10 @@ struct kl_server {
     kl_shard *shards;
     atomic_uint inflight; /* process-wide requests in flight */
     atomic_bool stopping;
+    /* the current key store and TLS context, swapped by kl_server_swap */
+    pthread_mutex_t res_mu;
+    kl_res *keys_res, *tls_res;
+    _Atomic uint64_t gen;
 };
 
 static inline const char *kl_conn_peer_label(const kl_conn *c)
@@ -140,6 +170,28 @@ bool kl_conn_done_draining(kl_conn *c);
 /* request.c */
 void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
                             const uint8_t *body, size_t len);
+
+/* res.c */
+kl_res *kl_res_new(void *obj, void (*free_fn)(void *obj));
+void kl_res_release(kl_res *r);
+void kl_res_free_keystore(void *obj);
+void kl_res_free_tls(void *obj);
+/* Takes the server's current store and context if a reload replaced them
+ * since the last call (one relaxed load when nothing changed). */
+void kl_shard_sync(kl_shard *s);
+static inline const kl_keystore *kl_shard_keys(const kl_shard *s)
+{
+    return (const kl_keystore *)s->keys->res->obj;
+}
+static inline kl_tls_ctx *kl_shard_tls(const kl_shard *s)
+{
+    return (kl_tls_ctx *)s->tls->obj;
+}
+/* A job starts or stops using the shard's current store. */
+kl_pin *kl_pin_get(kl_shard *s);
+void kl_pin_put(kl_shard *s, kl_pin *p);
+/* Drops everything the shard holds (kl_shard_destroy). */
+void kl_shard_release_res(kl_shard *s);
 
 /* shard.c */
 void kl_shard_mark_ready(kl_shard *s, kl_conn *c);

@@ -1,6 +1,7 @@
 /* Requests and their answers (protocol P2, P3, P4, P6, P9): dispatch,
  * key lookup, jobs for the worker pool, and encoding what comes back. Runs
  * on the connection's shard thread. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,15 +10,61 @@
 #include "server/dispatch.h"
 #include "server/internal.h"
 
+#define ERROR_LINES_PER_SEC 10u
+
+/* Error responses are logged one line each - with the client's certificate
+ * name and the request id of tag 0x16 (protocol P3, P9) - at most
+ * ERROR_LINES_PER_SEC per shard and second: a client that sends garbage in
+ * a loop must not fill the disk. What was left out is counted in the next
+ * line logged. Successful requests log nothing above debug. */
+static bool may_log(kl_shard *s, uint32_t *suppressed)
+{
+    uint64_t now = kl_loop_now(s->loop);
+    *suppressed = 0;
+    if (now - s->log_window_ns >= 1000000000ull) {
+        *suppressed = s->log_suppressed;
+        s->log_window_ns = now;
+        s->log_lines = 0;
+        s->log_suppressed = 0;
+    }
+    if (s->log_lines < ERROR_LINES_PER_SEC) {
+        s->log_lines++;
+        return true;
+    }
+    s->log_suppressed++;
+    return false;
+}
+
 static void answer_error(kl_conn *c, uint32_t id, uint8_t err,
                          const char *request_id, const char *detail)
 {
     kl_shard *s = c->shard;
     KL_COUNT(s->st.errors);
-    kl_debug("connection %s (client %s): request %u%s%s%s: %s%s%s", c->addr,
-             kl_conn_peer_label(c), id, request_id ? " (request_id " : "",
-             request_id ? request_id : "", request_id ? ")" : "",
-             kl_err_text(err), detail ? ": " : "", detail ? detail : "");
+    /* The server's own failures are warnings; what the client asked wrong
+     * (unknown key, bad format) is information. */
+    int level = err == KL_ERR_INTERNAL || err == KL_ERR_CRYPTO ? KL_LOG_WARN
+                                                               : KL_LOG_INFO;
+    uint32_t left_out = 0;
+    if (kl_log_get_level() <= level && may_log(s, &left_out)) {
+        /* the id is the client's text: no control characters in our log */
+        char rid[80];
+        if (request_id) {
+            snprintf(rid, sizeof rid, "%s", request_id);
+            for (char *p = rid; *p; p++)
+                if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                    *p = '?';
+            request_id = rid;
+        }
+        char more[64] = "";
+        if (left_out)
+            snprintf(more, sizeof more, " (and %u error responses not logged)",
+                     left_out);
+        kl_log(level, "connection %s (client %s): request %u%s%s%s: %s%s%s%s",
+               c->addr, kl_conn_peer_label(c), id,
+               request_id ? " (request_id " : "", request_id ? request_id : "",
+               request_id ? ")" : "", kl_err_text(err), detail ? ": " : "",
+               detail ? detail : "", more);
+    }
     if (kl_outbuf_error(&c->out, id, err) != KL_OK) {
         kl_conn_close_with(c, KL_LOG_ERROR, "closed",
                            "out of memory for a response");
@@ -84,6 +131,7 @@ static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
     j->job.out_cap = outcap;
     j->job.owner = s;
     j->conn = c;
+    j->pin = kl_pin_get(s); /* the store key lives in stays until done */
     j->id = id;
     j->request_id = NULL;
     if (rid) {
@@ -109,6 +157,7 @@ static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
         /* P6 shedding: the class queue is full; answer fast. */
         c->inflight--;
         atomic_fetch_sub(&srv->inflight, 1);
+        kl_pin_put(s, j->pin);
         free(j);
         KL_COUNT(s->st.shed);
         answer_error(c, id, KL_ERR_INTERNAL, rid, "work queue full");
@@ -165,7 +214,8 @@ void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
         kl_shard_mark_dirty(s, c);
         return;
     case KL_DISP_KEY_OP: {
-        const kl_key *key = kl_keystore_find(s->srv->o.keys, req.ski);
+        kl_shard_sync(s); /* a reload may have replaced the store */
+        const kl_key *key = kl_keystore_find(kl_shard_keys(s), req.ski);
         if (!key) {
             char hex[2 * KL_SKI_LEN + 1];
             kl_ski_hex(req.ski, hex);

@@ -107,6 +107,13 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
     apply_defaults(&srv->o);
     atomic_init(&srv->inflight, 0);
     atomic_init(&srv->stopping, false);
+    atomic_init(&srv->gen, 1);
+    pthread_mutex_init(&srv->res_mu, NULL);
+    /* Not owned until success: on failure the caller frees them. */
+    srv->keys_res = kl_res_new(o->keys, NULL);
+    srv->tls_res = kl_res_new(o->tls, NULL);
+    srv->o.keys = NULL;
+    srv->o.tls = NULL;
     srv->listen_address =
         strdup(o->listen_address ? o->listen_address : "0.0.0.0");
     srv->o.listen_address = srv->listen_address;
@@ -119,7 +126,7 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
     srv->o.test_delays = srv->delays;
     srv->shards = calloc((size_t)srv->o.shards, sizeof *srv->shards);
     if (!srv->listen_address || (o->ntest_delays && !srv->delays) ||
-        !srv->shards) {
+        !srv->shards || !srv->keys_res || !srv->tls_res) {
         snprintf(err, errlen, "out of memory");
         kl_server_free(srv);
         return NULL;
@@ -141,6 +148,9 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
         if (srv->port == 0)
             srv->port = bound_port(s->listen_fd);
     }
+    /* From here on the server owns the store and the context. */
+    srv->keys_res->free_fn = kl_res_free_keystore;
+    srv->tls_res->free_fn = kl_res_free_tls;
     return srv;
 }
 
@@ -194,6 +204,9 @@ void kl_server_free(kl_server *srv)
     kl_server_wait(srv);
     for (int i = 0; i < srv->nshards; i++)
         kl_shard_destroy(&srv->shards[i]);
+    kl_res_release(srv->keys_res);
+    kl_res_release(srv->tls_res);
+    pthread_mutex_destroy(&srv->res_mu);
     free(srv->shards);
     free(srv->delays);
     free(srv->listen_address);

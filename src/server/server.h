@@ -7,7 +7,12 @@
  * Life cycle: kl_server_new (binds, so address errors surface at startup)
  * -> kl_server_start -> ... -> kl_server_shutdown (from any thread) ->
  * kl_server_wait -> kl_pool_free (the pool may still call back into the
- * server's completion queues until then) -> kl_server_free. */
+ * server's completion queues until then) -> kl_server_free.
+ *
+ * Reload (issue 4): kl_server_swap replaces the key store and/or the TLS
+ * context while the shards serve; requests in flight finish with the store
+ * they started with, connections keep the context they were accepted with,
+ * and each old object is freed once nothing uses it (res.c). */
 #ifndef KL_SERVER_SERVER_H
 #define KL_SERVER_SERVER_H
 
@@ -31,8 +36,9 @@ typedef struct kl_server_opts {
     const char *listen_address;     /* numeric IPv4 or IPv6 */
     uint16_t port;                  /* 0: an ephemeral port (tests) */
     int shards;                     /* 0: number of CPUs */
-    kl_tls_ctx *tls;                /* server context, not owned */
-    const kl_keystore *keys;        /* not owned */
+    kl_tls_ctx *tls;                /* server context: owned by the server
+                                       once kl_server_new succeeded */
+    kl_keystore *keys;              /* the same */
     kl_pool *pool;                  /* not owned */
     uint32_t max_inflight_per_conn; /* 0: 1024 */
     uint32_t max_inflight;          /* 0: 65536 */
@@ -58,6 +64,15 @@ void kl_server_shutdown(kl_server *s);
 /* Joins the shard threads (after kl_server_shutdown). */
 void kl_server_wait(kl_server *s);
 void kl_server_free(kl_server *s);
+
+/* Replaces the key store and/or the TLS context (NULL: keep that one) from
+ * any thread; the server owns them from here on. Shards take them up at
+ * their next request, accepted connection or wake-up (they are woken). On
+ * KL_E_NOMEM nothing changed and the caller still owns both. */
+KL_WUR kl_status kl_server_swap(kl_server *s, kl_keystore *keys,
+                                kl_tls_ctx *tls);
+/* Incremented by every swap (for tests and logs). */
+uint64_t kl_server_generation(const kl_server *s);
 
 /* Counters, summed over shards (style.md 11). */
 typedef struct kl_server_stats {

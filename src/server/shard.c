@@ -133,10 +133,14 @@ static void on_wake(kl_loop *l, void *arg)
 {
     kl_shard *s = arg;
     bool freed = false;
+    /* A reload may have replaced the store; jobs that came back release
+     * the store they used (res.c). */
+    kl_shard_sync(s);
     for (kl_job *j = take_done(s), *next; j; j = next) {
         next = j->next;
         kl_srv_job *sj = (kl_srv_job *)j;
         kl_conn_complete(sj->conn, sj);
+        kl_pin_put(s, sj->pin);
         free(sj);
         freed = true;
     }
@@ -247,6 +251,11 @@ kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
     }
     kl_loop_set_wake_fn(s->loop, on_wake, s);
     kl_loop_set_before_sleep(s->loop, before_sleep, s);
+    kl_shard_sync(s);
+    if (!s->keys || !s->tls) {
+        snprintf(err, errlen, "out of memory");
+        return KL_E_NOMEM;
+    }
     return KL_OK;
 }
 
@@ -277,6 +286,7 @@ void kl_shard_destroy(kl_shard *s)
         next = j->next;
         kl_srv_job *sj = (kl_srv_job *)j;
         sj->conn->inflight--;
+        kl_pin_put(s, sj->pin);
         free(sj);
     }
     while (s->live)
@@ -287,6 +297,7 @@ void kl_shard_destroy(kl_shard *s)
         kl_conn_free(c);
     }
     close_listener(s);
+    kl_shard_release_res(s);
     kl_loop_free(s->loop);
     s->loop = NULL;
     pthread_mutex_destroy(&s->done_mu);

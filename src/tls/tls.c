@@ -131,6 +131,22 @@ static bool load_identity(SSL_CTX *ctx, const kl_tls_opts *o, char *err,
     return true;
 }
 
+/* A refused client certificate is logged with its name (issue 4): once the
+ * handshake failed the SSL no longer holds the peer's certificate, so the
+ * leaf's CN is kept while verification still has it. */
+static int remember_peer(int ok, X509_STORE_CTX *st)
+{
+    SSL *ssl =
+        X509_STORE_CTX_get_ex_data(st, SSL_get_ex_data_X509_STORE_CTX_idx());
+    kl_tls_conn *c = ssl ? SSL_get_app_data(ssl) : NULL;
+    X509 *leaf = X509_STORE_CTX_get0_cert(st);
+    if (c && leaf && !c->peer[0] &&
+        X509_NAME_get_text_by_NID(X509_get_subject_name(leaf), NID_commonName,
+                                  c->peer, sizeof c->peer) < 0)
+        c->peer[0] = 0;
+    return ok;
+}
+
 static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
                            size_t errlen)
 {
@@ -184,8 +200,9 @@ static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
     if (is_server) {
         /* P1: a client certificate is required, chained to the configured
          * CA, with clientAuth usage (or no EKU). */
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
-                           NULL);
+        SSL_CTX_set_verify(ctx,
+                           SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+                           remember_peer);
         SSL_CTX_set_purpose(ctx, X509_PURPOSE_SSL_CLIENT);
         SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
         static const unsigned char sid_ctx[] = "keylessd";
@@ -194,6 +211,10 @@ static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
         SSL_CTX_set_purpose(ctx, X509_PURPOSE_SSL_SERVER);
     }
+
+    if (o->verify_time)
+        X509_VERIFY_PARAM_set_time(SSL_CTX_get0_param(ctx),
+                                   (time_t)o->verify_time);
 
     kl_tls_ctx *t = calloc(1, sizeof *t);
     if (!t)
@@ -249,6 +270,7 @@ kl_tls_conn *kl_tls_conn_new(kl_tls_ctx *ctx, int fd, bool is_server,
         ERR_clear_error();
         return NULL;
     }
+    SSL_set_app_data(c->ssl, c); /* for remember_peer */
     if (is_server) {
         SSL_set_accept_state(c->ssl);
     } else {

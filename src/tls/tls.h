@@ -20,6 +20,9 @@ typedef struct kl_tls_opts {
                               the system store is never used (P1) */
     bool disable_tls13;    /* server: offer TLS 1.2 only */
     bool tls12_only;       /* client: negotiate TLS 1.2 (compat tests) */
+    long long verify_time; /* peer certificates are verified as of this
+                              time (seconds since 1970; 0: now). The
+                              reference's current_time option, for tests */
 } kl_tls_opts;
 
 /* A server context per protocol P1: TLS 1.2 with exactly

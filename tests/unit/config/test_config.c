@@ -30,6 +30,9 @@ static int setup(void **state)
 {
     strcpy(tmpdir, "/tmp/kl-config-XXXXXX");
     assert_non_null(mkdtemp(tmpdir));
+    /* hermetic: no gokeyless.yaml of the build directory or /etc/keyless */
+    static const char *const none[] = {NULL};
+    kl_config_set_search_dirs(none);
     return 0;
 }
 
@@ -113,7 +116,8 @@ static void test_yaml_file(void **state)
     assert_string_equal(cfg->cloudflare_ca_cert, "ca.pem");
     assert_int_equal(cfg->nstores, 3);
     assert_int_equal(cfg->stores[2].kind, KL_STORE_URI);
-    assert_string_equal(cfg->stores[2].path, "pkcs11:token=t?module-path=/m.so");
+    assert_string_equal(cfg->stores[2].path,
+                        "pkcs11:token=t?module-path=/m.so");
     assert_int_equal(cfg->stores[0].kind, KL_STORE_DIR);
     assert_string_equal(cfg->stores[0].path, "/etc/keyless/keys");
     assert_int_equal(cfg->stores[1].kind, KL_STORE_FILE);
@@ -184,6 +188,8 @@ static void test_flag_spellings(void **state)
     kl_config_free(cfg);
 }
 
+/* As in the reference, --private-key-dirs/-files (any source) replace
+ * private_key_stores, with a warning saying so. */
 static void test_key_dirs_and_files(void **state)
 {
     const char *path = write_tmp("stores.yaml", "private_key_stores:\n"
@@ -191,15 +197,26 @@ static void test_key_dirs_and_files(void **state)
     char *env[] = {"KEYLESS_PRIVATE_KEY_FILES=/f1.key", NULL};
     kl_config *cfg = kl_config_new();
     assert_int_equal(
-        load_args(cfg, env, "-c", path, "--private-key-dirs", "/b, /c", NULL),
+        load_args(cfg, env, "-c", path, "--private-key-dirs", "/b, /c ", NULL),
         KL_OK);
-    assert_int_equal(cfg->nstores, 4);
+    assert_int_equal(cfg->nstores, 3);
+    assert_int_equal(cfg->stores[0].kind, KL_STORE_DIR);
+    assert_string_equal(cfg->stores[0].path, "/b");
+    assert_string_equal(cfg->stores[1].path, "/c");
+    assert_int_equal(cfg->stores[2].kind, KL_STORE_FILE);
+    assert_string_equal(cfg->stores[2].path, "/f1.key");
+    assert_int_equal(cfg->nwarnings, 1);
+    assert_string_equal(cfg->warnings[0],
+                        "private_key_dirs/private_key_files replace the 1 "
+                        "private_key_stores entries (as in the reference)");
+    kl_config_free(cfg);
+
+    /* without the lists the file's stores stand */
+    cfg = kl_config_new();
+    assert_int_equal(load_args(cfg, no_env, "-c", path, NULL), KL_OK);
+    assert_int_equal(cfg->nstores, 1);
     assert_string_equal(cfg->stores[0].path, "/a");
-    assert_int_equal(cfg->stores[1].kind, KL_STORE_DIR);
-    assert_string_equal(cfg->stores[1].path, "/b");
-    assert_string_equal(cfg->stores[2].path, "/c");
-    assert_int_equal(cfg->stores[3].kind, KL_STORE_FILE);
-    assert_string_equal(cfg->stores[3].path, "/f1.key");
+    assert_int_equal(cfg->nwarnings, 0);
     kl_config_free(cfg);
 }
 
@@ -348,7 +365,7 @@ static void test_malformed_yaml_line(void **state)
 static void test_unknown_key_is_warning(void **state)
 {
     kl_config *cfg = kl_config_new();
-    const char *text = "port: 1234\nhostname: example.com\n"
+    const char *text = "port: 1234\nhostnme: example.com\n"
                        "private_key_stores:\n  - dir: /k\n    weird: 1\n"
                        "test_delay: x\n";
     assert_int_equal(kl_config_apply_yaml(cfg, "g.yaml", (const uint8_t *)text,
@@ -357,7 +374,7 @@ static void test_unknown_key_is_warning(void **state)
     assert_int_equal(cfg->port, 1234);
     assert_int_equal(cfg->nwarnings, 3);
     assert_string_equal(cfg->warnings[0],
-                        "g.yaml:2: unknown option \"hostname\" ignored");
+                        "g.yaml:2: unknown option \"hostnme\" ignored");
     assert_string_equal(cfg->warnings[1], "g.yaml:5: private_key_stores: "
                                           "unknown entry key \"weird\" "
                                           "ignored");

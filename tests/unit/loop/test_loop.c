@@ -1,6 +1,7 @@
 /* src/loop: timers fire in order, cross-thread wake-ups, fd readiness,
  * interest changes, and events of a stopped watcher are never delivered. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -190,6 +191,57 @@ static void test_wakes_coalesce(void **state)
     kl_loop_free(l);
 }
 
+/* Many threads waking one loop at once: every published item must be seen
+ * by a wake callback. With the flag cleared before the eventfd was read, a
+ * wake written between the two was swallowed while the flag stayed set,
+ * and the loop never woke again (found by the reload test). */
+#define WAKERS 3
+#define WAKES_EACH 100000
+
+typedef struct {
+    kl_loop *loop;
+    atomic_ulong published;
+    unsigned long seen;
+} storm_state;
+
+static void on_storm_wake(kl_loop *l, void *arg)
+{
+    storm_state *st = arg;
+    st->seen = atomic_load(&st->published);
+}
+
+static void *storm_waker(void *arg)
+{
+    storm_state *st = arg;
+    for (int i = 0; i < WAKES_EACH; i++) {
+        atomic_fetch_add(&st->published, 1);
+        kl_loop_wake(st->loop);
+    }
+    return NULL;
+}
+
+static void test_wake_storm_loses_nothing(void **state)
+{
+    storm_state st = {.loop = kl_loop_new()};
+    atomic_init(&st.published, 0);
+    kl_loop_set_wake_fn(st.loop, on_storm_wake, &st);
+    pthread_t th[WAKERS];
+    for (int i = 0; i < WAKERS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, storm_waker, &st), 0);
+    /* each turn waits up to 2 s for a wake-up: a lost one shows as a turn
+     * without progress while items are unseen */
+    while (st.seen < (unsigned long)WAKERS * WAKES_EACH) {
+        unsigned long before = st.seen;
+        assert_int_equal(kl_loop_run_once(st.loop, 2000), KL_OK);
+        if (st.seen == before && atomic_load(&st.published) > st.seen)
+            fail_msg("wake-up lost: %lu of %lu items seen", st.seen,
+                     atomic_load(&st.published));
+    }
+    for (int i = 0; i < WAKERS; i++)
+        pthread_join(th[i], NULL);
+    kl_loop_free(st.loop);
+}
+
 /* ---- fd readiness ---- */
 
 typedef struct {
@@ -309,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_timer_heap_many),
         cmocka_unit_test(test_cross_thread_wake),
         cmocka_unit_test(test_wakes_coalesce),
+        cmocka_unit_test(test_wake_storm_loses_nothing),
         cmocka_unit_test(test_fd_readiness_and_interest),
         cmocka_unit_test(test_stopped_watcher_not_called),
         cmocka_unit_test(test_before_sleep_hook),

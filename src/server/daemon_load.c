@@ -1,0 +1,179 @@
+/* What keylessd loads from its configuration - the key store and the TLS
+ * context - and the two modes that only load: --check and
+ * --keystore-debug. Every problem is one log line naming the file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "server/daemon.h"
+#include "tls/certcheck.h"
+
+static void count(kl_problems *p, int level)
+{
+    if (level >= KL_LOG_ERROR)
+        p->errors++;
+    else if (level == KL_LOG_WARN)
+        p->warnings++;
+}
+
+static void key_report(void *arg, int level, const char *path, const char *msg)
+{
+    count(arg, level);
+    kl_log(level, "%s: %s", path, msg);
+}
+
+static void cert_report(void *arg, int level, const char *msg)
+{
+    count(arg, level);
+    kl_log(level, "%s", msg);
+}
+
+kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
+                                 kl_problems *p)
+{
+    kl_keystore_opts ko = {
+        .allow_group_readable = cfg->allow_group_readable_keys,
+        .check_mode = cfg->check,
+        .skip_bad_keys = tolerant,
+        .report = key_report,
+        .report_arg = p,
+    };
+    kl_keystore *ks = kl_keystore_new(&ko);
+    if (!ks) {
+        kl_error("out of memory creating the key store");
+        p->errors++;
+        return NULL;
+    }
+    for (size_t i = 0; i < cfg->nstores; i++) {
+        const kl_store_cfg *st = &cfg->stores[i];
+        kl_status s;
+        const char *what;
+        switch (st->kind) {
+        case KL_STORE_DIR:
+            kl_certcheck_key_dir(st->path, cert_report, p);
+            s = kl_keystore_add_dir(ks, st->path);
+            what = "directory";
+            break;
+        case KL_STORE_URI:
+            s = kl_keystore_add_uri(ks, st->path);
+            what = "PKCS#11 URI";
+            break;
+        default:
+            s = kl_keystore_add_file(ks, st->path);
+            what = "file";
+            break;
+        }
+        if (s == KL_OK)
+            continue;
+        /* The key store already named the file (or the URI, PIN redacted)
+         * and the reason; this line must not repeat a URI that may carry a
+         * PIN. */
+        if (s == KL_E_NOMEM || !tolerant) {
+            kl_error("cannot load the keys of %s #%zu of private_key_stores "
+                     "(%s); not starting",
+                     what, i + 1, kl_status_str(s));
+            kl_keystore_free(ks);
+            return NULL;
+        }
+        kl_warn("skipped (part of) %s #%zu of private_key_stores: %s", what,
+                i + 1, kl_status_str(s));
+    }
+    if (kl_keystore_count(ks) == 0 && !cfg->check)
+        kl_warn("no private keys loaded: every key operation will be "
+                "answered `key not found`; set private_key_stores or "
+                "--private-key-dirs");
+    return ks;
+}
+
+kl_tls_ctx *kl_daemon_load_tls(const kl_config *cfg, kl_problems *p)
+{
+    kl_certcheck cc = {
+        .cert_file = cfg->auth_cert,
+        .key_file = cfg->auth_key,
+        .ca_file = cfg->cloudflare_ca_cert,
+        .now = cfg->has_current_time ? cfg->current_time_unix : 0,
+        .report = cert_report,
+        .arg = p,
+    };
+    if (kl_certcheck_identity(&cc) > 0) {
+        if (cfg->hostname && cfg->zone_id && cfg->origin_ca_api_key)
+            kl_error("(Origin CA credentials are configured, but enrolling "
+                     "a new auth_cert is not built into this keylessd yet: "
+                     "obtain the certificate as described in "
+                     "docs/OPERATIONS.md)");
+        return NULL;
+    }
+    kl_tls_opts to = {
+        .cert_file = cfg->auth_cert,
+        .key_file = cfg->auth_key,
+        .ca_file = cfg->cloudflare_ca_cert,
+        .disable_tls13 = !cfg->tls13,
+        .verify_time = cfg->has_current_time ? cfg->current_time_unix : 0,
+    };
+    char err[512];
+    kl_tls_ctx *tls = kl_tls_server_ctx_new(&to, err, sizeof err);
+    if (!tls) {
+        p->errors++;
+        kl_error("TLS setup failed: %s", err);
+    }
+    return tls;
+}
+
+int kl_daemon_check(const kl_config *cfg)
+{
+    kl_problems p = {0};
+    kl_tls_ctx *tls = kl_daemon_load_tls(cfg, &p);
+    kl_keystore *ks = kl_daemon_load_keys(cfg, true, &p);
+    size_t nkeys = ks ? kl_keystore_count(ks) : 0;
+    if (cfg->nstores == 0) {
+        kl_warn("private_key_stores is empty: keylessd would serve no key");
+        p.warnings++;
+    }
+    kl_keystore_free(ks);
+    kl_tls_ctx_free(tls);
+    if (p.errors) {
+        kl_error("configuration has %zu problem(s) and %zu warning(s); %zu "
+                 "keys loaded",
+                 p.errors, p.warnings, nkeys);
+        return 1;
+    }
+    kl_info("configuration OK: %zu keys, auth_cert %s, CA %s%s", nkeys,
+            cfg->auth_cert, cfg->cloudflare_ca_cert,
+            p.warnings ? " (see the warnings above)" : "");
+    return 0;
+}
+
+typedef struct listing {
+    FILE *out;
+} listing;
+
+static void list_key(void *arg, const kl_key *k)
+{
+    listing *l = arg;
+    char hex[2 * KL_SKI_LEN + 1], desc[48];
+    kl_ski_hex(kl_key_ski(k), hex);
+    fprintf(l->out, "%s  %-14s %-6s %s\n", hex,
+            kl_key_desc(k, desc, sizeof desc),
+            kl_key_get_backend(k) == KL_BACKEND_PKCS11 ? "pkcs11" : "file",
+            kl_key_path(k));
+}
+
+int kl_daemon_keystore_debug(const kl_config *cfg, FILE *out)
+{
+    kl_problems p = {0};
+    kl_keystore *ks = kl_daemon_load_keys(cfg, true, &p);
+    if (!ks)
+        return 1;
+    fprintf(out,
+            "# %zu keys from %zu store(s); SKI (protocol P7), type, "
+            "back end, file\n",
+            kl_keystore_count(ks), cfg->nstores);
+    listing l = {out};
+    kl_keystore_foreach(ks, list_key, &l);
+    kl_keystore_free(ks);
+    if (p.errors)
+        kl_error("%zu key(s) or store(s) could not be loaded (see above)",
+                 p.errors);
+    return p.errors ? 1 : 0;
+}
