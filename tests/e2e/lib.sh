@@ -1,0 +1,165 @@
+# Shared by the end-to-end tests of the keyless provider (issue 7): a test
+# PKI, a keylessd holding the real keys, certificates and key references
+# for them, and an openssl.cnf that loads keyless.so after the default
+# provider. Sourced; every helper fails the test with a message.
+set -euo pipefail
+
+: "${KL_SRC_DIR:?}" "${KL_BIN_DIR:?}" "${KL_PROVIDER:?}"
+E2E_TMP=$(mktemp -d "${KL_BIN_DIR}/e2e-XXXXXX")
+chmod 755 "$E2E_TMP"
+KD_PID=
+KD_PORT=
+KD_METRICS=
+declare -a E2E_PIDS=()
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+
+cleanup() {
+    local p
+    for p in "${E2E_PIDS[@]}" $KD_PID; do kill "$p" 2>/dev/null || true; done
+    sleep 0.2
+    for p in "${E2E_PIDS[@]}" $KD_PID; do kill -9 "$p" 2>/dev/null || true; done
+    if [ "${KEEP_E2E:-}" = "" ]; then rm -rf "$E2E_TMP"; fi
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# The dev PKI plus certificates signed by its CA for the demo keys.
+PKI=$E2E_TMP/pki
+make_pki() {
+    bash "$KL_SRC_DIR/scripts/dev-pki.sh" --test-extras "$PKI" >/dev/null
+    mkdir -p "$E2E_TMP/certs"
+    local k
+    for k in rsa-2048 ecdsa-p256 ecdsa-p384 ed25519; do
+        openssl req -new -key "$PKI/keys/$k.key" -subj /CN=localhost \
+            -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+            -out "$E2E_TMP/certs/$k.csr" 2>/dev/null
+        openssl x509 -req -in "$E2E_TMP/certs/$k.csr" -CA "$PKI/ca.crt" \
+            -CAkey "$PKI/ca.key" -CAcreateserial -days 2 -copy_extensions copy \
+            -out "$E2E_TMP/certs/$k.crt" 2>/dev/null || fail "cert $k"
+    done
+}
+
+# keylessd flags a test adds (e.g. --test-delay, --workers) before
+# calling start_keylessd.
+declare -a KD_EXTRA=()
+
+# has_flag NAME: this keylessd knows --NAME (checked in its --help, so the
+# tests run against builds with and without newer options).
+# (The help is read whole first: grep -q may exit early, and with pipefail
+# the writer's SIGPIPE would fail the check.)
+KD_HELP=
+has_flag() {
+    [ -n "$KD_HELP" ] || KD_HELP=$("$KL_BIN_DIR/keylessd" --help 2>&1 || true)
+    grep -q -- "--$1\b" <<<"$KD_HELP"
+}
+
+# named_cert NAME KEY: certs/NAME.crt for the demo key KEY (rsa-2048,
+# ecdsa-p256...), subject and SAN NAME (certificates told apart by SNI).
+named_cert() {
+    openssl req -new -key "$PKI/keys/$2.key" -subj "/CN=$1" \
+        -addext "subjectAltName=DNS:$1" -out "$E2E_TMP/certs/$1.csr" 2>/dev/null
+    openssl x509 -req -in "$E2E_TMP/certs/$1.csr" -CA "$PKI/ca.crt" \
+        -CAkey "$PKI/ca.key" -CAcreateserial -days 2 -copy_extensions copy \
+        -out "$E2E_TMP/certs/$1.crt" 2>/dev/null || fail "cert $1"
+}
+
+# ski NAME: the SKI (hex) of certs/NAME.crt's key, as keylessd names it.
+ski() {
+    "$KL_BIN_DIR/keyless-keyref" write --cert "$E2E_TMP/certs/$1.crt" \
+        --server 127.0.0.1:1 --out "$E2E_TMP/certs/$1.ski.ref" >/dev/null &&
+        "$KL_BIN_DIR/keyless-keyref" show "$E2E_TMP/certs/$1.ski.ref" |
+        awk '$1 == "ski:" { print $2 }'
+}
+
+# build_hsload: the concurrent handshake client (tests/e2e/hsload.c) as
+# $HSLOAD.
+HSLOAD=$E2E_TMP/hsload
+build_hsload() {
+    "${CC:-cc}" -O2 -o "$HSLOAD" "$KL_SRC_DIR/tests/e2e/hsload.c" -lssl -lcrypto ||
+        fail "cannot build hsload"
+}
+
+# start_keylessd [PORT]: keylessd with the demo keys, metrics on when this
+# keylessd has --metrics-port (metric() reads 0 otherwise and the tests
+# count from the shutdown summary instead: metrics_up, requests_at_stop).
+start_keylessd() {
+    KD_PORT=${1:-$(free_port)}
+    local -a metrics=()
+    if has_flag metrics-port; then
+        KD_METRICS=${KD_METRICS:-$(free_port)}
+        metrics=(--metrics-port "$KD_METRICS")
+    else
+        KD_METRICS=${KD_METRICS:-0}
+    fi
+    "$KL_BIN_DIR/keylessd" --auth-cert "$PKI/server.crt" \
+        --auth-key "$PKI/server.key" --cloudflare-ca-cert "$PKI/ca.crt" \
+        --private-key-dirs "$PKI/keys" --listen-address 127.0.0.1 \
+        --port "$KD_PORT" "${metrics[@]}" "${KD_EXTRA[@]}" \
+        >>"$E2E_TMP/keylessd.log" 2>&1 </dev/null &
+    KD_PID=$!
+    local i
+    for i in $(seq 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$KD_PORT") 2>/dev/null; then return 0; fi
+        kill -0 "$KD_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    tail -20 "$E2E_TMP/keylessd.log" >&2
+    fail "keylessd did not start"
+}
+
+# metrics_up: keylessd serves /metrics (else the tests count requests from
+# its shutdown summary, "stopped: N connections, M requests, ...").
+metrics_up() {
+    [ "${KD_METRICS:-0}" != 0 ] &&
+        curl -sf "http://127.0.0.1:$KD_METRICS/metrics" >/dev/null 2>&1
+}
+
+# requests_at_stop: M from the last shutdown summary in keylessd's log.
+requests_at_stop() {
+    grep -o 'stopped: [0-9]* connections, [0-9]* requests' "$E2E_TMP/keylessd.log" |
+        tail -1 | awk '{ print $4 }'
+}
+
+stop_keylessd() {
+    kill "$KD_PID" 2>/dev/null || true
+    wait "$KD_PID" 2>/dev/null || true
+    KD_PID=
+}
+
+# metric OPCODE_NAME: keylessd's keyless_requests counter for it (0: none).
+metric() {
+    [ "${KD_METRICS:-0}" != 0 ] || { echo 0; return; }
+    { curl -s "http://127.0.0.1:$KD_METRICS/metrics" || true; } |
+        awk -v op="opcode=\"$1\"" 'index($0, "keyless_requests{") == 1 && index($0, op) { v = $NF } END { print v + 0 }'
+}
+
+# ref NAME [extra keyless-keyref flags...]: the reference for certs/NAME.crt.
+ref() {
+    local name=$1; shift
+    "$KL_BIN_DIR/keyless-keyref" write --cert "$E2E_TMP/certs/$name.crt" \
+        --server "127.0.0.1:$KD_PORT" --client-cert "$PKI/client.crt" \
+        --client-key "$PKI/client.key" --ca "$PKI/ca.crt" \
+        --server-name localhost --timeout-ms 2000 "$@" \
+        --out "$E2E_TMP/certs/$name.ref" || fail "keyless-keyref $name"
+}
+
+# The openssl.cnf a terminator loads: default first, then keyless.
+OSSL_CNF=$E2E_TMP/openssl.cnf
+cat >"$OSSL_CNF" <<CNF
+openssl_conf = openssl_init
+[openssl_init]
+providers = provider_sect
+[provider_sect]
+default = default_sect
+keyless = keyless_sect
+[default_sect]
+activate = 1
+[keyless_sect]
+module = $KL_PROVIDER
+activate = 1
+CNF
