@@ -1,0 +1,565 @@
+/* The router's thread and its requests (issue 9; router.h has the rules,
+ * router_int.h the layout).
+ *
+ * A request crosses threads once: kl_router_route copies it, puts it in
+ * the inbox and wakes the loop; everything after - the table lookup, the
+ * candidates, each attempt, the answer - happens on the router thread,
+ * which owns every upstream connection. Attempts go to one remote at a
+ * time, best first: an error answer that another remote might not give
+ * (key not found, internal error, remote configuration error), a timeout
+ * or a lost connection moves on to the next candidate, up to max_attempts
+ * and within the request's deadline (protocol P9). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/time.h"
+#include "router/router_int.h"
+
+#define MS 1000000ull
+
+/* ---- finishing ------------------------------------------------------- */
+
+static void inbox_push(kl_router *r, kl_rreq *q)
+{
+    /* mu held */
+    if (q->queued)
+        return;
+    q->queued = true;
+    q->inbox_next = NULL;
+    if (r->inbox_tail)
+        r->inbox_tail->inbox_next = q;
+    else
+        r->inbox_head = q;
+    r->inbox_tail = q;
+}
+
+void kl_rt_finish(kl_rreq *q, uint8_t err, const uint8_t *payload, size_t len)
+{
+    kl_router *r = q->r;
+    pthread_mutex_lock(&r->mu); /* kl_router_route adds to the list */
+    if (q->live_prev)
+        q->live_prev->live_next = q->live_next;
+    else
+        r->live = q->live_next;
+    if (q->live_next)
+        q->live_next->live_prev = q->live_prev;
+    r->nlive--;
+    pthread_mutex_unlock(&r->mu);
+    if (err == KL_ERR_NONE)
+        KL_RT_INC(r, answered);
+    q->done(q->arg, err, payload, len);
+    pthread_mutex_lock(&r->mu);
+    bool queued = q->queued;
+    q->done = NULL; /* finished: the inbox frees it if it is queued */
+    pthread_mutex_unlock(&r->mu);
+    if (!queued)
+        free(q);
+}
+
+/* Every candidate has been tried or none is left. */
+static void give_up(kl_rreq *q)
+{
+    kl_router *r = q->r;
+    if (q->attempts && q->not_found == q->attempts) {
+        KL_RT_INC(r, not_found); /* every remote asked said so */
+        kl_rt_finish(q, KL_ERR_KEY_NOT_FOUND, NULL, 0);
+        return;
+    }
+    if (!q->attempts)
+        KL_RT_INC(r, no_route);
+    /* protocol P6: no healthy route could serve it */
+    kl_rt_finish(q, KL_ERR_REMOTE_CONFIG, NULL, 0);
+}
+
+/* ---- attempts ---------------------------------------------------------- */
+
+static void on_answer(void *arg, const kl_result *res);
+
+void kl_rt_attempt_failed(kl_rreq *q)
+{
+    kl_router *r = q->r;
+    pthread_mutex_lock(&r->mu);
+    bool cancelled = q->cancelled;
+    pthread_mutex_unlock(&r->mu);
+    if (cancelled) {
+        KL_RT_INC(r, cancelled);
+        kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+        return;
+    }
+    q->rm->failed++;
+    q->rm->up = false;
+    kl_rt_next_attempt(q);
+}
+
+void kl_rt_next_attempt(kl_rreq *q)
+{
+    kl_router *r = q->r;
+    uint64_t now = kl_now_ns();
+    if (now >= q->deadline_ns) {
+        KL_RT_INC(r, expired);
+        /* P6: a passed deadline is answered `internal error` */
+        kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+        return;
+    }
+    const kl_rt_key *k = kl_rt_find(r->table, q->spec.ski);
+    if (!k) {
+        /* the table changed under it: no server has the key any more */
+        if (!q->attempts)
+            KL_RT_INC(r, not_found);
+        kl_rt_finish(q,
+                     q->attempts ? KL_ERR_REMOTE_CONFIG : KL_ERR_KEY_NOT_FOUND,
+                     NULL, 0);
+        return;
+    }
+    while (q->attempts < (unsigned)r->o.max_attempts) {
+        kl_remote *cand[KL_RT_MAX_ATTEMPTS];
+        size_t n = kl_rt_candidates(r, r->table, k, q->spec.has_compliance,
+                                    q->spec.compliance, q->tried, q->attempts,
+                                    cand, 1);
+        if (!n)
+            break;
+        kl_remote *rm = cand[0];
+        q->tried[q->attempts++] = rm;
+        if (!rm->in_table)
+            continue;
+        kl_upconn *c = kl_remote_conn(rm);
+        if (!c)
+            continue;
+        uint64_t left_ms = (q->deadline_ns - now) / MS;
+        int timeout = kl_remote_timeout_ms(rm);
+        if ((uint64_t)timeout > left_ms)
+            timeout = left_ms ? (int)left_ms : 1;
+        pthread_mutex_lock(&r->mu);
+        if (q->cancelled) {
+            pthread_mutex_unlock(&r->mu);
+            KL_RT_INC(r, cancelled);
+            kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+            return;
+        }
+        kl_status st =
+            kl_async_submit(c->t, &q->spec, timeout, on_answer, q, &q->thandle);
+        if (st == KL_OK)
+            kl_upconn_attach(c, q);
+        pthread_mutex_unlock(&r->mu);
+        if (st != KL_OK)
+            continue;
+        q->rm = rm;
+        rm->sent++;
+        if (q->attempts > 1)
+            KL_RT_INC(r, retries);
+        return;
+    }
+    give_up(q);
+}
+
+/* A remote's answer (or a timeout or a lost connection), on the router
+ * thread inside kl_async_process. */
+static void on_answer(void *arg, const kl_result *res)
+{
+    kl_rreq *q = arg;
+    kl_router *r = q->r;
+    kl_remote *rm = q->rm;
+    pthread_mutex_lock(&r->mu);
+    if (q->conn)
+        kl_upconn_detach(q->conn, q);
+    bool cancelled = q->cancelled;
+    pthread_mutex_unlock(&r->mu);
+    if (cancelled) {
+        KL_RT_INC(r, cancelled);
+        kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+        return;
+    }
+    if (res->status != KL_OK) {
+        /* timeout, or the connection failed: this remote is suspect until
+         * a probe says otherwise */
+        rm->failed++;
+        if (rm->up)
+            kl_info("router: remote %s: %s; trying the next route", rm->name,
+                    kl_status_str(res->status));
+        rm->up = false;
+        kl_rt_next_attempt(q);
+        return;
+    }
+    rm->ok++;
+    rm->up = true;
+    kl_remote_sample(rm, res->elapsed_ns);
+    if (res->opcode == KL_OP_RESPONSE) {
+        kl_rt_finish(q, KL_ERR_NONE, res->payload, res->payload_len);
+        return;
+    }
+    uint8_t err = res->opcode == KL_OP_ERROR ? res->error : KL_ERR_INTERNAL;
+    switch (err) {
+    case KL_ERR_KEY_NOT_FOUND: /* a stale table there: ask the next one */
+        q->not_found++;
+        kl_rt_next_attempt(q);
+        return;
+    case KL_ERR_INTERNAL:      /* shed or out of time there */
+    case KL_ERR_REMOTE_CONFIG: /* no route from there (hops, policy) */
+        kl_rt_next_attempt(q);
+        return;
+    default: /* the operation's own verdict (crypto error...) */
+        kl_rt_finish(q, err, NULL, 0);
+    }
+}
+
+static void start(kl_rreq *q)
+{
+    kl_router *r = q->r;
+    q->started = true;
+    if (q->shed) { /* P6: shed fast rather than queue without bound */
+        KL_RT_INC(r, expired);
+        kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+        return;
+    }
+    /* protocol P9: a router refuses to forward beyond the hop limit */
+    if (q->hops >= (uint32_t)r->o.max_hops) {
+        KL_RT_INC(r, hop_limit);
+        kl_rt_finish(q, KL_ERR_REMOTE_CONFIG, NULL, 0);
+        return;
+    }
+    if (!q->spec.ski || !kl_rt_find(r->table, q->spec.ski)) {
+        KL_RT_INC(r, not_found);
+        kl_rt_finish(q, KL_ERR_KEY_NOT_FOUND, NULL, 0);
+        return;
+    }
+    kl_rt_next_attempt(q);
+}
+
+/* ---- the loop thread --------------------------------------------------- */
+
+static void on_wake(kl_loop *loop, void *arg)
+{
+    kl_router *r = arg;
+    pthread_mutex_lock(&r->mu);
+    kl_rreq *list = r->inbox_head;
+    r->inbox_head = r->inbox_tail = NULL;
+    kl_rt_table *t = r->pending;
+    r->pending = NULL;
+    bool stopping = r->stopping;
+    pthread_mutex_unlock(&r->mu);
+    if (t)
+        kl_rt_install(r, t);
+    pthread_mutex_lock(&r->mu);
+    if (r->snap && !r->snap->done) {
+        kl_rt_snap *sn = r->snap;
+        sn->n = 0;
+        for (kl_remote *rm = r->remotes; rm; rm = rm->next, sn->n++)
+            if (sn->n < sn->max)
+                kl_remote_stats_fill(rm, &sn->out[sn->n]);
+        sn->done = true;
+        pthread_cond_broadcast(&r->snap_cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    while (list) {
+        kl_rreq *q = list;
+        list = q->inbox_next;
+        pthread_mutex_lock(&r->mu);
+        q->queued = false;
+        bool finished = q->done == NULL;
+        bool dropped = q->cancelled && q->conn && q->thandle == 0;
+        kl_upconn *c = q->conn;
+        if (dropped)
+            kl_upconn_detach(c, q);
+        pthread_mutex_unlock(&r->mu);
+        if (finished)
+            free(q);
+        else if (!q->started)
+            start(q);
+        else if (dropped) {
+            KL_RT_INC(r, cancelled);
+            kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+        }
+    }
+    if (stopping)
+        kl_loop_stop(loop);
+}
+
+static bool before_sleep(kl_loop *loop, void *arg)
+{
+    (void)loop;
+    kl_remote_reap(arg);
+    return false;
+}
+
+static void on_probe_timer(kl_loop *loop, kl_timer *t)
+{
+    kl_router *r = t->data;
+    kl_remote_probe_all(r);
+    if (kl_timer_after(loop, t, (uint64_t)r->o.ping_interval_ms * MS) != KL_OK)
+        kl_error("router: cannot arm the probe timer; remotes are no longer "
+                 "probed");
+}
+
+static void *router_main(void *arg)
+{
+    kl_router *r = arg;
+    if (kl_loop_run(r->loop) != KL_OK)
+        kl_error("router: event loop failed; routed requests are answered "
+                 "`internal error`");
+    /* stopping: whatever is still in flight gets its answer now */
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        kl_rreq *q = r->live;
+        if (q && q->conn)
+            kl_upconn_detach(q->conn, q);
+        pthread_mutex_unlock(&r->mu);
+        if (!q)
+            break;
+        kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+    }
+    pthread_mutex_lock(&r->mu);
+    r->stopped = true; /* no more snapshots */
+    if (r->snap) {
+        r->snap->done = true;
+        pthread_cond_broadcast(&r->snap_cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    while (r->remotes) {
+        kl_remote *rm = r->remotes;
+        r->remotes = rm->next;
+        kl_remote_free(rm);
+    }
+    return NULL;
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+static int def(int v, int d)
+{
+    return v > 0 ? v : d;
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
+                        size_t errlen)
+{
+    *out = NULL;
+    if (!opts->table_file || !opts->ca_file) {
+        snprintf(err, errlen,
+                 "router: router_table and the CA for remote key servers "
+                 "must be set");
+        return KL_E_CONFIG;
+    }
+    kl_router *r = calloc(1, sizeof *r);
+    KL_ENSURE(r != NULL, KL_E_NOMEM);
+    r->o = *opts;
+    kl_router_opts *o = &r->o;
+    o->default_deadline_ms = def(o->default_deadline_ms, 2000);
+    o->max_attempts = def(o->max_attempts, 3);
+    if (o->max_attempts > KL_RT_MAX_ATTEMPTS)
+        o->max_attempts = KL_RT_MAX_ATTEMPTS;
+    o->max_hops = def(o->max_hops, 3);
+    o->timeout_floor_ms = def(o->timeout_floor_ms, 20);
+    o->timeout_ceiling_ms = def(o->timeout_ceiling_ms, 2000);
+    if (o->timeout_ceiling_ms < o->timeout_floor_ms)
+        o->timeout_ceiling_ms = o->timeout_floor_ms;
+    o->timeout_p99_factor = def(o->timeout_p99_factor, 10);
+    o->ping_interval_ms = def(o->ping_interval_ms, 1000);
+    o->ewma_weight_pct = def(o->ewma_weight_pct, 20);
+    if (o->ewma_weight_pct > 100)
+        o->ewma_weight_pct = 100;
+    o->latency_tolerance_pct = def(o->latency_tolerance_pct, 10);
+    if (o->reload_poll_ms == 0)
+        o->reload_poll_ms = 1000;
+    o->dns_refresh_ms = def(o->dns_refresh_ms, 30000);
+    o->connect_timeout_ms = def(o->connect_timeout_ms, 2000);
+    o->conn_inflight_threshold = def(o->conn_inflight_threshold, 256);
+    o->max_conns_per_remote = def(o->max_conns_per_remote, 8);
+    o->max_inflight_per_conn = def(o->max_inflight_per_conn, 1024);
+    o->max_fds = def(o->max_fds, 1024);
+    o->max_inflight = def(o->max_inflight, 65536);
+    r->table_file = dup_or_null(opts->table_file);
+    r->cert_file = dup_or_null(opts->cert_file);
+    r->key_file = dup_or_null(opts->key_file);
+    r->ca_file = dup_or_null(opts->ca_file);
+    r->server_name = dup_or_null(opts->server_name);
+    o->table_file = r->table_file;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->build_mu, NULL);
+    pthread_cond_init(&r->control_cv, NULL);
+    pthread_cond_init(&r->snap_cv, NULL);
+    r->loop = kl_loop_new();
+    if (!r->table_file || !r->ca_file || !r->loop) {
+        kl_router_free(r);
+        return KL_E_NOMEM;
+    }
+    kl_loop_set_wake_fn(r->loop, on_wake, r);
+    kl_loop_set_before_sleep(r->loop, before_sleep, r);
+    kl_timer_init(&r->probe_timer, on_probe_timer, r);
+    /* the first table is loaded here, so a bad file stops startup */
+    kl_status st = kl_rt_control_start(r, err, errlen);
+    if (st != KL_OK) {
+        kl_router_free(r);
+        return st;
+    }
+    /* installed on the loop thread before anything else runs there */
+    if (kl_timer_after(r->loop, &r->probe_timer,
+                       (uint64_t)o->ping_interval_ms * MS) != KL_OK ||
+        pthread_create(&r->thread, NULL, router_main, r) != 0) {
+        kl_router_free(r);
+        return KL_E_NOMEM;
+    }
+    r->thread_started = true;
+    kl_loop_wake(r->loop);
+    *out = r;
+    return KL_OK;
+}
+
+void kl_router_free(kl_router *r)
+{
+    if (!r)
+        return;
+    kl_rt_control_stop(r);
+    if (r->thread_started) {
+        pthread_mutex_lock(&r->mu);
+        r->stopping = true;
+        pthread_mutex_unlock(&r->mu);
+        kl_loop_wake(r->loop);
+        pthread_join(r->thread, NULL);
+    }
+    /* requests that never reached the loop */
+    while (r->inbox_head) {
+        kl_rreq *q = r->inbox_head;
+        r->inbox_head = q->inbox_next;
+        if (q->done)
+            q->done(q->arg, KL_ERR_INTERNAL, NULL, 0);
+        free(q);
+    }
+    kl_rt_table_free(r->pending);
+    kl_rt_table_free(r->table);
+    if (r->loop)
+        kl_loop_free(r->loop);
+    pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->build_mu);
+    pthread_cond_destroy(&r->control_cv);
+    pthread_cond_destroy(&r->snap_cv);
+    free(r->table_file);
+    free(r->cert_file);
+    free(r->key_file);
+    free(r->ca_file);
+    free(r->server_name);
+    free(r);
+}
+
+kl_status kl_router_route(kl_router *r, const kl_route_req *rr,
+                          kl_route_done_fn done, void *arg, kl_route_handle *h)
+{
+    const kl_request *req = rr->req;
+    size_t size = kl_rt_forward_size(req);
+    kl_rreq *q = calloc(1, sizeof *q + size + KL_RT_CTX_MAX);
+    KL_ENSURE(q != NULL, KL_E_NOMEM);
+    char *json = (char *)q->data + size;
+    if (kl_rt_forward_fill(req, rr->ctx, &q->spec, q->data, json,
+                           KL_RT_CTX_MAX) != KL_OK) {
+        /* an oversized request context: forward without its members */
+        kl_req_context none;
+        memset(&none, 0, sizeof none);
+        if (rr->ctx) {
+            none.has_hops = rr->ctx->has_hops;
+            none.hops = rr->ctx->hops;
+        }
+        if (kl_rt_forward_fill(req, &none, &q->spec, q->data, json,
+                               KL_RT_CTX_MAX) != KL_OK) {
+            free(q);
+            return KL_E_NOMEM;
+        }
+    }
+    q->r = r;
+    q->done = done;
+    q->arg = arg;
+    q->hops = rr->ctx && rr->ctx->has_hops ? rr->ctx->hops : 0;
+    uint64_t ms = rr->ctx && rr->ctx->has_deadline
+                      ? rr->ctx->deadline_ms
+                      : (uint64_t)r->o.default_deadline_ms;
+    q->deadline_ns = kl_now_ns() + ms * MS;
+    if (h)
+        h->req = q;
+    pthread_mutex_lock(&r->mu);
+    /* the live list is the router thread's, but a request joins it here so
+     * that kl_router_free answers it even if it never left the inbox */
+    inbox_push(r, q);
+    q->live_next = r->live;
+    if (r->live)
+        r->live->live_prev = q;
+    r->live = q;
+    q->shed = r->nlive >= (size_t)r->o.max_inflight;
+    r->nlive++;
+    KL_RT_INC(r, routed);
+    pthread_mutex_unlock(&r->mu);
+    kl_loop_wake(r->loop);
+    return KL_OK;
+}
+
+void kl_router_cancel(kl_router *r, const kl_route_handle *h)
+{
+    kl_rreq *q = h ? h->req : NULL;
+    if (!q)
+        return;
+    pthread_mutex_lock(&r->mu);
+    if (!q->cancelled && q->done) {
+        q->cancelled = true;
+        /* nothing more is sent: an unsent attempt is dropped by
+         * libkeyless; one in flight has its answer discarded */
+        if (q->conn && kl_async_cancel(q->conn->t, q->thandle) == KL_OK)
+            q->thandle = 0; /* its callback will not come: the loop ends it */
+        inbox_push(r, q);
+    }
+    pthread_mutex_unlock(&r->mu);
+    kl_loop_wake(r->loop);
+}
+
+bool kl_router_has_key(kl_router *r, const uint8_t ski[KL_SKI_LEN])
+{
+    pthread_mutex_lock(&r->mu);
+    bool has = kl_rt_find(r->table, ski) != NULL;
+    pthread_mutex_unlock(&r->mu);
+    return has;
+}
+
+void kl_router_get_stats(kl_router *r, kl_router_stats *out)
+{
+#define LD(f) atomic_load_explicit(&r->st.f, memory_order_relaxed)
+    out->routed = LD(routed);
+    out->answered = LD(answered);
+    out->no_route = LD(no_route);
+    out->not_found = LD(not_found);
+    out->hop_limit = LD(hop_limit);
+    out->expired = LD(expired);
+    out->cancelled = LD(cancelled);
+    out->retries = LD(retries);
+    out->reloads = LD(reloads);
+    out->reload_errors = LD(reload_errors);
+    out->generation = LD(generation);
+#undef LD
+    out->fds = atomic_load(&r->fds);
+}
+
+/* Remotes belong to the router thread: ask it for a copy and wait. Not to
+ * be called from a done callback (that is the router thread). */
+size_t kl_router_remote_stats(kl_router *r, kl_remote_stats *out, size_t max)
+{
+    kl_rt_snap sn = {out, max, 0, false};
+    pthread_mutex_lock(&r->mu);
+    while (r->snap && !r->stopped) /* one at a time */
+        pthread_cond_wait(&r->snap_cv, &r->mu);
+    if (r->stopped || !r->thread_started) {
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    r->snap = &sn;
+    pthread_mutex_unlock(&r->mu);
+    kl_loop_wake(r->loop);
+    pthread_mutex_lock(&r->mu);
+    while (!sn.done)
+        pthread_cond_wait(&r->snap_cv, &r->mu);
+    r->snap = NULL;
+    pthread_cond_broadcast(&r->snap_cv);
+    pthread_mutex_unlock(&r->mu);
+    return sn.n;
+}

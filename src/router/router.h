@@ -1,0 +1,152 @@
+/* The geo router (issue 9, docs/ROUTING.md): serves operations for keys
+ * that are not held locally by forwarding them to the best remote key
+ * server that holds them and may serve them.
+ *
+ * - The routing table (table.h) is a YAML file, re-read when it changes
+ *   (mtime poll) and on kl_router_reload() (SIGHUP); `dns:` entries are
+ *   re-resolved every dns_refresh_ms. A table that does not parse is
+ *   reported and the previous one stays.
+ * - Candidates for a key: the servers that serve it, whose region satisfies
+ *   the request's compliance region (tag 0x17, protocol P9) and the key's
+ *   policy; ordered healthy first, then by measured latency (EWMA of pings
+ *   and live requests; latencies within latency_tolerance_pct tie), then
+ *   priority. Up to max_attempts are tried within the request's deadline
+ *   (P9 deadline_ms, else default_deadline_ms); each attempt's timeout is
+ *   the route's p99 x timeout_p99_factor within [timeout_floor_ms,
+ *   timeout_ceiling_ms].
+ * - Upstream connections are libkeyless kl_targets (one connection each),
+ *   opened in advance, probed by ping every ping_interval_ms, replaced when
+ *   dead; a remote gets another connection only when every connection it
+ *   has carries conn_inflight_threshold requests, within max_conns_per_remote
+ *   and a per-process descriptor budget (max_fds).
+ * - Everything runs on the router's own event-loop thread (src/loop), which
+ *   drives the targets' descriptors: capacity is bounded by the remotes, not
+ *   by local threads. Results come back through the caller's callback, on
+ *   the router thread.
+ *
+ * Threading: kl_router_route, kl_router_cancel, kl_router_has_key,
+ * kl_router_reload and kl_router_remote_stats may be called from any
+ * thread. */
+#ifndef KL_ROUTER_ROUTER_H
+#define KL_ROUTER_ROUTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "keyless/protocol.h"
+
+typedef struct kl_router kl_router;
+
+typedef struct kl_router_opts {
+    const char *table_file; /* YAML routing table (required) */
+    /* the router's client identity toward remote key servers (P1) */
+    const char *cert_file, *key_file;
+    const char *ca_file;         /* CA the remotes must chain to (required) */
+    const char *server_name;     /* name checked in remote certificates; NULL:
+                                    each remote's host */
+    int default_deadline_ms;     /* requests without deadline_ms; 0: 2000 */
+    int max_attempts;            /* remotes tried per request; 0: 3 */
+    int max_hops;                /* P9 hops limit; 0: 3 */
+    int timeout_floor_ms;        /* per-attempt timeout bounds; 0: 20 */
+    int timeout_ceiling_ms;      /* 0: 2000 */
+    int timeout_p99_factor;      /* attempt timeout = p99 x this; 0: 10 */
+    int ping_interval_ms;        /* health/latency probe per remote; 0: 1000 */
+    int ewma_weight_pct;         /* weight of a new latency sample; 0: 20 */
+    int latency_tolerance_pct;   /* latencies this close tie; 0: 10 */
+    int reload_poll_ms;          /* table file mtime check; 0: 1000, <0: off */
+    int dns_refresh_ms;          /* dns: entries re-resolved; 0: 30000 */
+    int connect_timeout_ms;      /* TCP + TLS to a remote; 0: 2000 */
+    int conn_inflight_threshold; /* add a connection above; 0: 256 */
+    int max_conns_per_remote;    /* 0: 8 */
+    int max_inflight_per_conn;   /* 0: 1024 */
+    int max_fds;                 /* descriptors for upstreams; 0: 1024 */
+    int max_inflight;            /* routed requests at once; 0: 65536 */
+} kl_router_opts;
+
+/* What to forward: the request as the server parsed it (protocol P3) and
+ * its parsed request context (tag 0x16) or NULL. Everything is copied. */
+typedef struct kl_route_req {
+    const kl_request *req;
+    const kl_req_context *ctx;
+} kl_route_req;
+
+/* Called exactly once per routed request, on the router thread: err is
+ * KL_ERR_NONE with the remote's response payload, or a P6 code (the
+ * remote's own answer, KL_ERR_REMOTE_CONFIG when no route could serve it,
+ * KL_ERR_KEY_NOT_FOUND when no remote knows the key, KL_ERR_INTERNAL when
+ * the deadline passed or the request was cancelled). payload is valid
+ * during the call only. */
+typedef void (*kl_route_done_fn)(void *arg, uint8_t err, const uint8_t *payload,
+                                 size_t len);
+
+typedef struct kl_route_handle {
+    void *req; /* private */
+} kl_route_handle;
+
+/* Starts the router thread and loads the table. KL_E_CONFIG with err set
+ * ("file:line: what; fix") when the table or the options are wrong. */
+KL_WUR kl_status kl_router_new(const kl_router_opts *opts, kl_router **out,
+                               char *err, size_t errlen);
+/* Stops the thread; requests still in flight complete with
+ * KL_ERR_INTERNAL before it returns. */
+void kl_router_free(kl_router *r);
+
+/* Forwards a request. done runs later on the router thread (never inside
+ * this call). KL_E_NOMEM is the only failure (done is then not called). */
+KL_WUR kl_status kl_router_route(kl_router *r, const kl_route_req *req,
+                                 kl_route_done_fn done, void *arg,
+                                 kl_route_handle *h);
+/* The client went away: nothing more is sent for this request (an unsent
+ * attempt is dropped, a late answer is discarded). done is still called
+ * once (KL_ERR_INTERNAL), so the owner frees its state in one place. Call
+ * only before done has run. */
+void kl_router_cancel(kl_router *r, const kl_route_handle *h);
+
+/* Whether the current table has a server for this SKI (the server calls
+ * this after a local key-store miss). */
+bool kl_router_has_key(kl_router *r, const uint8_t ski[KL_SKI_LEN]);
+
+/* Re-reads the table now (SIGHUP). On error the previous table stays and
+ * err says why. Blocking (DNS), so not for a shard thread. */
+KL_WUR kl_status kl_router_reload(kl_router *r, char *err, size_t errlen);
+
+/* Per remote, for metrics and tests. */
+typedef struct kl_remote_stats {
+    char name[80];
+    char region[72];
+    bool up;         /* last probe or request succeeded */
+    bool in_table;   /* false: removed, draining */
+    double ewma_ms;  /* < 0: no sample yet */
+    double p99_ms;   /* < 0: no sample yet */
+    int timeout_ms;  /* current per-attempt timeout */
+    unsigned conns;  /* upstream connections */
+    uint64_t sent;   /* attempts sent to it */
+    uint64_t ok;     /* answered (any P6 answer) */
+    uint64_t failed; /* timeouts and connection failures */
+    uint64_t inflight;
+} kl_remote_stats;
+
+typedef struct kl_router_stats {
+    uint64_t routed, answered, no_route, not_found, hop_limit, expired,
+        cancelled, retries, reloads, reload_errors;
+    unsigned fds;        /* descriptors used by upstream connections */
+    unsigned generation; /* tables installed so far */
+} kl_router_stats;
+
+void kl_router_get_stats(kl_router *r, kl_router_stats *out);
+/* Fills up to max entries; returns how many remotes there are. */
+size_t kl_router_remote_stats(kl_router *r, kl_remote_stats *out, size_t max);
+
+/* Builds the request the router sends upstream for req: everything the
+ * client sent (SKI, opcode, payload, compliance region, span context,
+ * logging items) with the request context's hops raised by one (P9); the
+ * budget (deadline_ms) is added by libkeyless at write time. ctx_json
+ * receives the new tag-0x16 text. Exposed for tests. */
+KL_WUR kl_status kl_router_forward_spec(const kl_request *req,
+                                        const kl_req_context *ctx,
+                                        kl_request_spec *spec, char *ctx_json,
+                                        size_t cap);
+
+#endif

@@ -1,0 +1,194 @@
+/* Inside the router (router.h has the rules). Files:
+ * - router.c: creation, the loop thread, the inbox from other threads,
+ *   requests and their attempts, cancel;
+ * - remote.c: remotes and their upstream connections (kl_targets), probes,
+ *   latency (EWMA, p99) and the per-attempt timeout, the fd budget;
+ * - select.c: ordering the candidates for a key (a pure function);
+ * - forward.c: the request sent upstream (hops + 1, everything kept);
+ * - control.c: the table: loading, the mtime poll, DNS refresh, install.
+ *
+ * Threading: remotes, connections and requests' attempt state belong to
+ * the router thread; mu guards what other threads touch (a request's
+ * cancelled flag and its current attempt, the inbox, the pending table,
+ * the current table's pointer for kl_router_has_key, the stats). */
+#ifndef KL_ROUTER_ROUTER_INT_H
+#define KL_ROUTER_ROUTER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "keyless/client.h"
+#include "loop/loop.h"
+#include "router/router.h"
+#include "router/table.h"
+
+#define KL_RT_SAMPLES 128 /* latency window per remote, for the p99 */
+#define KL_RT_FDS_PER_CONN                                                     \
+    4 /* a kl_target: socket, epoll, eventfd, timerfd                          \
+       */
+#define KL_RT_MAX_CONNS 64
+#define KL_RT_MAX_ATTEMPTS 8
+#define KL_RT_CTX_MAX 1024
+
+typedef struct kl_remote kl_remote;
+typedef struct kl_upconn kl_upconn;
+typedef struct kl_rreq kl_rreq;
+
+/* One upstream connection: a kl_target with a single server. */
+struct kl_upconn {
+    kl_remote *rm;
+    kl_target *t;
+    kl_watch watch;
+    bool watching;
+    bool dead; /* to be replaced/freed by the before-sleep hook */
+    uint32_t inflight;
+    unsigned probe_failures;
+    bool probing;
+    bool probe_fresh; /* sent before the connection was up */
+    uint64_t probe_handle;
+    kl_rreq *attempts; /* requests in flight on it (doubly linked) */
+};
+
+struct kl_remote {
+    kl_router *r;
+    kl_remote *next;
+    char name[KL_RT_NAME_MAX + 8];
+    char host[256];
+    uint16_t port;
+    char region[KL_RT_NAME_MAX + 1];
+    int priority;
+    bool in_table;
+    bool up;
+    bool measured;
+    double ewma_ns;
+    uint32_t samples_us[KL_RT_SAMPLES];
+    size_t nsamples, sample_pos, since_p99;
+    uint64_t p99_ns; /* 0: no sample yet */
+    kl_upconn *conns[KL_RT_MAX_CONNS];
+    unsigned nconns;
+    uint64_t sent, ok, failed, inflight;
+};
+
+struct kl_rreq {
+    kl_router *r;
+    kl_rreq *inbox_next;
+    kl_rreq *live_prev, *live_next; /* the router's live requests */
+    kl_rreq *aprev, *anext;         /* attempts on conn */
+    /* guarded by r->mu */
+    bool cancelled;
+    bool queued;     /* in the inbox */
+    kl_upconn *conn; /* current attempt, NULL between attempts */
+    uint64_t thandle;
+    /* router thread only */
+    bool started;
+    bool shed; /* over max_inflight: answered `internal error` at once */
+    kl_remote *rm;
+    uint64_t deadline_ns;
+    uint32_t hops;
+    unsigned attempts, not_found;
+    kl_remote *tried[KL_RT_MAX_ATTEMPTS];
+    kl_route_done_fn done;
+    void *arg;
+    kl_request_spec spec; /* points into data */
+    uint8_t data[];
+};
+
+/* Counters: written by the router thread (and kl_router_route), read by
+ * anyone. */
+typedef struct kl_rt_counters {
+    _Atomic uint64_t routed, answered, no_route, not_found, hop_limit, expired,
+        cancelled, retries, reloads, reload_errors;
+    _Atomic unsigned generation;
+} kl_rt_counters;
+#define KL_RT_INC(r, f)                                                        \
+    atomic_fetch_add_explicit(&(r)->st.f, 1, memory_order_relaxed)
+
+/* A kl_router_remote_stats call waiting for the router thread. */
+typedef struct kl_rt_snap {
+    kl_remote_stats *out;
+    size_t max, n;
+    bool done;
+} kl_rt_snap;
+
+struct kl_router {
+    kl_router_opts o;
+    char *table_file, *cert_file, *key_file, *ca_file, *server_name;
+    kl_loop *loop;
+    pthread_t thread;
+    bool thread_started;
+    kl_timer probe_timer;
+    pthread_mutex_t mu;
+    kl_rreq *inbox_head, *inbox_tail;
+    kl_rt_table *pending; /* a new table for the router thread */
+    bool stopping;
+    bool stopped;       /* the loop has ended */
+    kl_rt_table *table; /* current; swapped by the router thread under mu */
+    kl_remote *remotes;
+    kl_rreq *live;
+    size_t nlive;
+    _Atomic unsigned fds;
+    kl_rt_counters st;
+    kl_rt_snap *snap; /* guarded by mu; answered through snap_cv */
+    pthread_cond_t snap_cv;
+    /* control thread (control.c) */
+    pthread_t control;
+    bool control_started;
+    pthread_mutex_t build_mu; /* one table build at a time */
+    pthread_cond_t control_cv;
+    bool control_stop;
+    struct timespec table_mtime;
+    ino_t table_ino;
+    off_t table_size;
+    uint64_t servers_sig;
+    bool has_dns;
+};
+
+/* router.c */
+void kl_rt_finish(kl_rreq *q, uint8_t err, const uint8_t *payload, size_t len);
+void kl_rt_next_attempt(kl_rreq *q);
+/* An attempt ended without an answer (connection lost or replaced). */
+void kl_rt_attempt_failed(kl_rreq *q);
+
+/* remote.c */
+kl_remote *kl_remote_new(kl_router *r, const kl_rt_server *s);
+void kl_remote_free(kl_remote *rm);
+/* Opens the first connection and probes it (at install). */
+void kl_remote_start(kl_remote *rm);
+/* The least loaded live connection, adding one when all pass the
+ * threshold and the budget allows; NULL when none can be had. */
+kl_upconn *kl_remote_conn(kl_remote *rm);
+void kl_remote_sample(kl_remote *rm, uint64_t rtt_ns);
+int kl_remote_timeout_ms(const kl_remote *rm);
+void kl_remote_probe_all(kl_router *r);
+/* Frees dead connections (and removed remotes with nothing in flight). */
+void kl_remote_reap(kl_router *r);
+void kl_upconn_attach(kl_upconn *c, kl_rreq *q);
+void kl_upconn_detach(kl_upconn *c, kl_rreq *q);
+void kl_remote_stats_fill(const kl_remote *rm, kl_remote_stats *out);
+
+/* select.c: the candidates for a key, best first, excluding those in
+ * tried[]; returns how many (at most max). */
+size_t kl_rt_candidates(const kl_router *r, const kl_rt_table *t,
+                        const kl_rt_key *k, bool has_compliance,
+                        uint8_t compliance, kl_remote *const *tried,
+                        size_t ntried, kl_remote **out, size_t max);
+/* Orders remotes best first (exposed for the unit test). */
+void kl_rt_order(kl_remote **rms, size_t n, int tolerance_pct);
+
+/* forward.c */
+size_t kl_rt_forward_size(const kl_request *req);
+/* Fills spec with copies of req's items in buf (kl_rt_forward_size
+ * bytes) and the request context, hops + 1, in ctx_json. */
+KL_WUR kl_status kl_rt_forward_fill(const kl_request *req,
+                                    const kl_req_context *ctx,
+                                    kl_request_spec *spec, uint8_t *buf,
+                                    char *ctx_json, size_t cap);
+
+/* control.c */
+KL_WUR kl_status kl_rt_control_start(kl_router *r, char *err, size_t errlen);
+void kl_rt_control_stop(kl_router *r);
+/* On the router thread: makes t current, reconciling remotes. */
+void kl_rt_install(kl_router *r, kl_rt_table *t);
+
+#endif

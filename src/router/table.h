@@ -1,0 +1,93 @@
+/* The routing table (issue 9, docs/ROUTING.md): remote key servers with
+ * their region and priority, the keys they serve (SKIs or key-set names),
+ * the regions each key may be served from, and the compliance-region bytes
+ * of tag 0x17 mapped to region names (protocol P9).
+ *
+ * A table is built from YAML (table_yaml.c) and is immutable once built:
+ * a reload builds a new one and swaps it in whole, so a malformed file
+ * leaves the previous table in place. Lookups are by SKI (sorted array,
+ * binary search). */
+#ifndef KL_ROUTER_TABLE_H
+#define KL_ROUTER_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "keyless/protocol.h"
+
+#define KL_RT_NAME_MAX 64
+
+/* One remote key server as the table names it. A `dns:` entry is expanded
+ * into one server per resolved address before the table is built (same
+ * name, "#1", "#2"... appended). */
+typedef struct kl_rt_server {
+    char name[KL_RT_NAME_MAX + 8];
+    char host[256];
+    uint16_t port;
+    char region[KL_RT_NAME_MAX + 1];
+    int priority; /* lower is preferred when latencies tie; default 100 */
+    void *remote; /* the router's runtime object (router thread only) */
+} kl_rt_server;
+
+/* One SKI: who serves it and where it may be served from. */
+typedef struct kl_rt_key {
+    uint8_t ski[KL_SKI_LEN];
+    uint32_t *servers; /* indices into table->servers */
+    size_t nservers;
+    bool any_region; /* no policy: any region may serve it */
+    char (*regions)[KL_RT_NAME_MAX + 1];
+    size_t nregions;
+} kl_rt_key;
+
+/* A `dns:` entry waiting for resolution. */
+typedef struct kl_rt_dns {
+    char host[256];
+    uint16_t port;
+    size_t server; /* the template entry in the parsed servers */
+} kl_rt_dns;
+
+typedef struct kl_rt_table {
+    kl_rt_server *servers;
+    size_t nservers;
+    kl_rt_key *keys; /* sorted by SKI */
+    size_t nkeys;
+    char region_of[256][KL_RT_NAME_MAX + 1]; /* tag 0x17 byte -> name, "" */
+    size_t ndns; /* how many servers came from dns: entries */
+} kl_rt_table;
+
+/* Resolves "host" for a dns: entry: fills up to max "a.b.c.d" / "v6"
+ * literals; returns how many (0: failed). The router passes getaddrinfo;
+ * tests pass a stub. */
+typedef size_t (*kl_rt_resolve_fn)(const char *host, char (*out)[64],
+                                   size_t max, void *arg);
+
+/* Parses a YAML routing table. path names the file in messages (the bytes
+ * are given). On error: KL_E_CONFIG and err holds "path:line: what; fix".
+ * resolve may be NULL (dns: entries are then an error). */
+KL_WUR kl_status kl_rt_table_parse(const char *path, const uint8_t *text,
+                                   size_t len, kl_rt_resolve_fn resolve,
+                                   void *resolve_arg, kl_rt_table **out,
+                                   char *err, size_t errlen);
+/* Reads and parses a file. */
+KL_WUR kl_status kl_rt_table_load(const char *path, kl_rt_resolve_fn resolve,
+                                  void *resolve_arg, kl_rt_table **out,
+                                  char *err, size_t errlen);
+void kl_rt_table_free(kl_rt_table *t);
+
+/* The key's entry, or NULL when no server in the table serves it. */
+const kl_rt_key *kl_rt_find(const kl_rt_table *t,
+                            const uint8_t ski[KL_SKI_LEN]);
+
+/* Whether server s may serve key k for a request with this compliance
+ * byte (has_compliance false: no constraint from the request). */
+bool kl_rt_allowed(const kl_rt_table *t, const kl_rt_key *k,
+                   const kl_rt_server *s, bool has_compliance,
+                   uint8_t compliance);
+
+/* Compares two tables' DNS expansions: true when the servers (name, host,
+ * port) are the same, so a DNS refresh that changed nothing is ignored. */
+bool kl_rt_same_servers(const kl_rt_table *a, const kl_rt_table *b);
+
+#endif
