@@ -19,7 +19,7 @@ deps:
 
 build: deps
 	@$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	@$(CMAKE) --build $(BUILD) -j $(JOBS)
+	@$(CMAKE) --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
 run: build
 	@bash scripts/dev-run.sh $(BUILD)
