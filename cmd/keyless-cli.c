@@ -1,9 +1,9 @@
 /* keyless-cli: one-shot client for operators debugging a deployment.
  * ping, sign and decrypt against a key server, each answer verified with
- * the public key; ski prints a key's identifier (protocol P7). */
+ * the public key; ski prints a key's identifier (protocol P7). It runs on
+ * libkeyless's kl_target, like every client of the project. */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +12,7 @@
 #include <openssl/rand.h>
 #include <openssl/rsa.h>
 
+#include "client/opnames.h"
 #include "client/verify.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -87,7 +88,8 @@ static void usage(FILE *f)
         "                       rsa-sha384, rsa-sha512, rsa-pss-sha256,\n"
         "                       rsa-pss-sha384, rsa-pss-sha512, "
         "ecdsa-md5sha1,\n"
-        "                       ecdsa-sha1 .. ecdsa-sha512, ed25519, or a "
+        "                       ecdsa-sha1 .. ecdsa-sha512, ed25519, the\n"
+        "                       protocol's name (OpECDSASignSHA256) or a "
         "number\n"
         "                       (0x15); default: by key type (rsa-sha256,\n"
         "                       ecdsa-sha256, ed25519)\n"
@@ -225,47 +227,6 @@ static bool parse_server(const char *s, char *host, size_t hcap, uint16_t *port)
 
 /* ---- operations by name ------------------------------------------------- */
 
-typedef struct op_name {
-    const char *name;
-    uint8_t op;
-} op_name;
-
-static const op_name ops[] = {
-    {"rsa-md5sha1", KL_OP_RSA_SIGN_MD5SHA1},
-    {"rsa-sha1", KL_OP_RSA_SIGN_SHA1},
-    {"rsa-sha224", KL_OP_RSA_SIGN_SHA224},
-    {"rsa-sha256", KL_OP_RSA_SIGN_SHA256},
-    {"rsa-sha384", KL_OP_RSA_SIGN_SHA384},
-    {"rsa-sha512", KL_OP_RSA_SIGN_SHA512},
-    {"rsa-pss-sha256", KL_OP_RSA_PSS_SIGN_SHA256},
-    {"rsa-pss-sha384", KL_OP_RSA_PSS_SIGN_SHA384},
-    {"rsa-pss-sha512", KL_OP_RSA_PSS_SIGN_SHA512},
-    {"ecdsa-md5sha1", KL_OP_ECDSA_SIGN_MD5SHA1},
-    {"ecdsa-sha1", KL_OP_ECDSA_SIGN_SHA1},
-    {"ecdsa-sha224", KL_OP_ECDSA_SIGN_SHA224},
-    {"ecdsa-sha256", KL_OP_ECDSA_SIGN_SHA256},
-    {"ecdsa-sha384", KL_OP_ECDSA_SIGN_SHA384},
-    {"ecdsa-sha512", KL_OP_ECDSA_SIGN_SHA512},
-    {"ed25519", KL_OP_ED25519_SIGN},
-};
-
-static bool parse_op(const char *s, uint8_t *op)
-{
-    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-        if (!strcasecmp(s, ops[i].name)) {
-            *op = ops[i].op;
-            return true;
-        }
-    }
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 0);
-    if (errno || *end || end == s || v > 0xFF)
-        return false;
-    *op = (uint8_t)v;
-    return true;
-}
-
 static bool op_fits_key(uint8_t op, EVP_PKEY *pk)
 {
     switch (kl_op_classify(op)) {
@@ -327,7 +288,10 @@ static int load_key(cli *a)
     return EXIT_OK;
 }
 
-static int connect_server(cli *a, kl_client **c)
+/* The CLI runs on the client library like every other client: a target
+ * with one server, connected up front so a connection failure is told
+ * apart from an answer that does not come. */
+static int connect_server(cli *a, kl_target **t)
 {
     char host[256], err[512];
     uint16_t port;
@@ -343,32 +307,39 @@ static int connect_server(cli *a, kl_client **c)
     if (!a->ca)
         fprintf(stderr, "keyless-cli: warning: no --ca: the server "
                         "certificate is not verified\n");
-    kl_client_opts o = {.host = host,
-                        .port = port,
+    const char *servers[] = {a->server};
+    kl_target_opts o = {.servers = servers,
+                        .nservers = 1,
                         .cert_file = a->cert,
                         .key_file = a->key,
                         .ca_file = a->ca,
                         .server_name = a->server_name,
                         .tls12_only = a->tls12,
-                        .connect_timeout_ms = a->timeout_ms};
-    kl_status st = kl_client_connect(&o, c, err, sizeof err);
+                        .timeout_ms = a->timeout_ms,
+                        .connect_timeout_ms = a->timeout_ms,
+                        .ping_interval_ms = -1};
+    kl_status st = kl_target_new(&o, t, err, sizeof err);
+    if (st == KL_OK)
+        st = kl_target_connect(*t, a->timeout_ms, err, sizeof err);
     if (st != KL_OK) {
         printf("FAIL: cannot connect: %s\n", err);
         return st == KL_E_CONFIG ? EXIT_USAGE : EXIT_CONNECT;
     }
-    if (a->verbose)
-        fprintf(stderr, "connected to %s port %u with %s %s\n", host,
-                (unsigned)port, kl_client_tls_version(*c),
-                kl_client_tls_cipher(*c));
+    if (a->verbose) {
+        kl_conn_info ci;
+        kl_target_conn_info(*t, &ci);
+        fprintf(stderr, "connected to %s port %u with %s %s\n", ci.host,
+                (unsigned)ci.port, ci.tls_version, ci.cipher);
+    }
     return EXIT_OK;
 }
 
 /* Sends one request and waits for its answer; prints FAIL lines itself. */
-static int roundtrip(cli *a, kl_client *c, const kl_request_spec *spec,
+static int roundtrip(cli *a, kl_target *t, const kl_request_spec *spec,
                      kl_client_result *r, double *ms)
 {
     uint64_t t0 = kl_now_ns();
-    kl_status st = kl_client_call(c, spec, a->timeout_ms, r);
+    kl_status st = kl_target_call(t, spec, a->timeout_ms, r);
     *ms = (double)(kl_now_ns() - t0) / 1e6;
     if (st == KL_E_TIMEOUT) {
         printf("FAIL: no answer from %s within %d ms\n", a->server,
@@ -376,8 +347,10 @@ static int roundtrip(cli *a, kl_client *c, const kl_request_spec *spec,
         return EXIT_CONNECT;
     }
     if (st != KL_OK) {
+        kl_conn_info ci;
+        kl_target_conn_info(t, &ci);
         printf("FAIL: %s: %s (%s)\n", a->server, kl_status_str(st),
-               kl_client_last_error(c));
+               ci.last_error[0] ? ci.last_error : "no detail");
         return EXIT_CONNECT;
     }
     if (r->opcode == KL_OP_ERROR) {
@@ -390,7 +363,7 @@ static int roundtrip(cli *a, kl_client *c, const kl_request_spec *spec,
 
 /* ---- commands ----------------------------------------------------------- */
 
-static int cmd_ping(cli *a, kl_client *c)
+static int cmd_ping(cli *a, kl_target *c)
 {
     const char *payload = a->payload ? a->payload : "keyless-cli";
     kl_request_spec s = {.opcode = KL_OP_PING,
@@ -420,7 +393,7 @@ static int cmd_ping(cli *a, kl_client *c)
     return rc;
 }
 
-static int cmd_sign(cli *a, kl_client *c, uint8_t op)
+static int cmd_sign(cli *a, kl_target *c, uint8_t op)
 {
     static uint8_t msg[CLI_MAX_INPUT];
     uint8_t input[CLI_MAX_INPUT];
@@ -517,7 +490,7 @@ static int encrypt_test_input(cli *a, uint8_t *ct, size_t *ctlen, uint8_t *pt,
     return EXIT_OK;
 }
 
-static int cmd_decrypt(cli *a, kl_client *c)
+static int cmd_decrypt(cli *a, kl_target *c)
 {
     uint8_t ct[CLI_MAX_INPUT], pt[48];
     size_t ctlen = 0;
@@ -782,8 +755,6 @@ static int check_flags(const cli *a)
 int main(int argc, char **argv)
 {
     cli a = {.server = "127.0.0.1:2407", .timeout_ms = 10000};
-    /* a server that closes on us must give an error, not kill us */
-    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;
@@ -815,7 +786,7 @@ int main(int argc, char **argv)
         if ((rc = load_key(&a)) != EXIT_OK)
             goto out;
         if (!strcmp(a.cmd, "sign")) {
-            if (a.op_name && !parse_op(a.op_name, &op)) {
+            if (a.op_name && !kl_op_parse(a.op_name, &op)) {
                 rc = usage_error("--op %s: unknown operation (rsa-sha256, "
                                  "ecdsa-sha256, ed25519, ... or 0xNN)",
                                  a.op_name, NULL);
@@ -843,16 +814,18 @@ int main(int argc, char **argv)
         }
     }
 
-    kl_client *c = NULL;
-    if ((rc = connect_server(&a, &c)) != EXIT_OK)
+    kl_target *c = NULL;
+    if ((rc = connect_server(&a, &c)) != EXIT_OK) {
+        kl_target_free(c);
         goto out;
+    }
     if (!strcmp(a.cmd, "ping"))
         rc = cmd_ping(&a, c);
     else if (!strcmp(a.cmd, "sign"))
         rc = cmd_sign(&a, c, op);
     else
         rc = cmd_decrypt(&a, c);
-    kl_client_close(c);
+    kl_target_free(c);
 out:
     EVP_PKEY_free(a.pub);
     return rc;

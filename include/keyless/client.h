@@ -1,10 +1,14 @@
 /* libkeyless: the key-server client library (client issue).
  *
- * Two layers. kl_target (second half of this file) is the library proper:
- * asynchronous, several key servers with failover, deadlines, retries
- * within a budget, fork- and thread-safe. kl_client (first half) is one
- * blocking connection with full control of the bytes, for tests and
- * keyless-cli.
+ * Two layers over one connection implementation (src/client/link.c):
+ * - kl_target (second half of this file) is the library every client is
+ *   built on (keyless-cli, keyless-bench, the provider): asynchronous,
+ *   several key servers with failover, deadlines, retries within a budget,
+ *   fork- and thread-safe;
+ * - kl_client (first half) is one blocking connection under the caller's
+ *   full control of the bytes - raw frames, chosen and duplicate ids - for
+ *   protocol tests and debugging. It has no deadlines on the wire, no
+ *   retries and no failover: use kl_target for anything else.
  *
  * kl_client: a blocking, pipelined key-server client.
  *
@@ -15,14 +19,9 @@
  * writes as the socket allows; responses are matched to requests by id
  * (protocol P2) and may arrive in any order (protocol P8).
  *
- * The request bookkeeping (ids, encoding, framing of responses) is pure and
- * lives apart from the socket I/O, so the asynchronous library of the
- * client issue can drive the same state from an event loop: kl_client_fd()
- * is the descriptor to poll.
- *
  * Threading: a kl_client is used by one thread at a time.
  * Signals: a write to a connection the server has closed raises SIGPIPE;
- * the process must ignore it (keyless-cli does) to get KL_E_TLS instead. */
+ * the process must ignore it to get KL_E_TLS instead. */
 #ifndef KEYLESS_CLIENT_H
 #define KEYLESS_CLIENT_H
 
@@ -174,8 +173,10 @@ void kl_client_close(kl_client *c);
  * Fork. Nothing is opened before it is needed: kl_target_new() only loads
  * the TLS credentials; sockets, the epoll/eventfd/timerfd behind
  * kl_async_fd() are created on first use, in the process that uses them.
- * Every call checks getpid(): in a child of the process that used the
- * target, the first call drops the inherited state - it only close()s the
+ * Every call checks for a fork (a counter that a pthread_atfork handler
+ * bumps, then getpid(): so fork through the C library's fork(), not a raw
+ * clone system call): in a child of the process that used the target, the
+ * first call drops the inherited state - it only close()s the
  * inherited descriptors (never writes on the parent's connections, never
  * touches the shared epoll set) - and the child connects afresh. Requests
  * in flight at the fork belong to the parent: the child forgets them
@@ -283,6 +284,27 @@ KL_WUR kl_status kl_async_process(kl_target *t);
  * out->tracked is true and out->rtt_ns is the elapsed time. */
 KL_WUR kl_status kl_target_call(kl_target *t, const kl_request_spec *spec,
                                 int timeout_ms, kl_client_result *out);
+
+/* Blocking, optional (requests connect on their own): connects now -
+ * servers in order of preference, as for requests - and waits until a
+ * connection is up, every server has failed once, or timeout_ms passed
+ * (0: the connect timeout per server). KL_OK, or the status of the last
+ * failure (KL_E_IO refused or unreachable, KL_E_TLS, KL_E_TIMEOUT...) with
+ * err naming the server and the reason. */
+KL_WUR kl_status kl_target_connect(kl_target *t, int timeout_ms, char *err,
+                                   size_t errlen);
+
+/* The connection requests go to, for diagnostics (keyless-cli -v, the
+ * bench's report). Copied under the lock: valid after the call. */
+typedef struct kl_conn_info {
+    int server;     /* index in opts.servers; -1: no connection up */
+    char host[256]; /* of that server */
+    uint16_t port;
+    char tls_version[16]; /* "TLSv1.3" or "TLSv1.2" */
+    char cipher[64];      /* e.g. "TLS_AES_256_GCM_SHA384" */
+    char last_error[256]; /* the latest connection failure; "" if none */
+} kl_conn_info;
+void kl_target_conn_info(kl_target *t, kl_conn_info *out);
 
 void kl_target_get_stats(kl_target *t, kl_target_stats *out);
 /* Index of the server the target currently sends to, -1 when no

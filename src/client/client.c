@@ -1,5 +1,6 @@
-/* The I/O half of a client connection: TCP connect, the TLS handshake, and
- * moving bytes between TLS and the pure pipeline state (pipeline.c).
+/* kl_client: one connection driven by blocking calls. The steps (connect,
+ * handshake, moving bytes between TLS and the pipeline) are the link's
+ * (link.c), shared with the asynchronous target; this file adds the waits.
  * The socket is non-blocking and every wait is a poll() with a deadline, so
  * each call is bounded and a write that would block still reads (a deep
  * pipeline must never deadlock against a server that stops reading while
@@ -7,18 +8,12 @@
 #include "keyless/client.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include "client/pipeline.h"
+#include "client/link.h"
 #include "core/time.h"
 #include "tls/tls.h"
 
@@ -30,10 +25,8 @@ typedef struct kept_queue {
 } kept_queue;
 
 struct kl_client {
-    int fd;
     kl_tls_ctx *ctx;
-    kl_tls_conn *tls;
-    kl_pipeline pipe;
+    kl_link ln; /* socket, TLS, pipeline */
     kept_queue kept;
     kl_status dead; /* KL_OK while usable; else why it is not */
     char err[256];
@@ -83,110 +76,64 @@ static kl_status wait_fd(int fd, short events, uint64_t deadline)
 
 /* ---- connect ----------------------------------------------------------- */
 
-/* One address: a connected non-blocking socket, or -1 with why set
- * (*timed_out tells a timeout from a refusal). */
-static int connect_one(const struct addrinfo *ai, uint64_t deadline, char *why,
-                       size_t whylen, bool *timed_out)
+/* Waits for one step of the link: writable after a connect, or what the
+ * handshake wants. */
+static kl_status link_wait(kl_client *c, short ev, uint64_t deadline,
+                           const char *what)
 {
-    int fd =
-        socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-               ai->ai_protocol);
-    if (fd < 0) {
-        snprintf(why, whylen, "socket: %s", strerror(errno));
-        return -1;
-    }
-    /* protocol P8: small messages must not wait for Nagle's algorithm. */
-    int one = 1;
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-        return fd;
-    if (errno != EINPROGRESS) {
-        snprintf(why, whylen, "%s", strerror(errno));
-        close(fd);
-        return -1;
-    }
-    kl_status st = wait_fd(fd, POLLOUT, deadline);
-    if (st != KL_OK) {
-        *timed_out = st == KL_E_TIMEOUT;
-        snprintf(why, whylen, "%s",
-                 st == KL_E_TIMEOUT ? "connect timed out" : strerror(errno));
-        close(fd);
-        return -1;
-    }
-    int soerr = 0;
-    socklen_t sl = sizeof soerr;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr) {
-        snprintf(why, whylen, "%s", strerror(soerr ? soerr : errno));
-        close(fd);
-        return -1;
-    }
-    return fd;
+    kl_status st = wait_fd(c->ln.fd, ev, deadline);
+    if (st == KL_E_TIMEOUT)
+        set_err(c, "%s timed out", what);
+    else if (st != KL_OK)
+        set_err(c, "poll: %s", strerror(errno));
+    return st;
 }
 
-static kl_status tcp_connect(const char *host, uint16_t port, uint64_t deadline,
-                             int *fd_out, char *err, size_t errlen)
+/* TCP to each address in turn until one accepts, within the deadline. */
+static kl_status tcp_connect(kl_client *c, const char *host, uint16_t port,
+                             uint64_t deadline, char *err, size_t errlen)
 {
-    struct addrinfo hints, *res = NULL;
-    char portstr[8];
-    char why[160] = "no address";
-
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_ADDRCONFIG;
-    snprintf(portstr, sizeof portstr, "%u", (unsigned)port);
-    int gr = getaddrinfo(host, portstr, &hints, &res);
-    if (gr != 0) {
-        /* AI_ADDRCONFIG hides ::1 on hosts without a global IPv6 address;
-         * loopback literals must still work. */
-        hints.ai_flags = 0;
-        gr = getaddrinfo(host, portstr, &hints, &res);
-    }
-    if (gr != 0) {
-        snprintf(err, errlen, "cannot resolve %s: %s", host, gai_strerror(gr));
-        return KL_E_IO;
-    }
-    bool timed_out = false;
+    struct addrinfo *res = NULL;
+    KL_GUARD(kl_link_resolve(host, port, &res, err, errlen));
+    kl_status st = KL_E_IO;
+    snprintf(c->err, sizeof c->err, "no address");
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        timed_out = false;
-        int fd = connect_one(ai, deadline, why, sizeof why, &timed_out);
-        if (fd >= 0) {
-            freeaddrinfo(res);
-            *fd_out = fd;
-            return KL_OK;
+        st = kl_link_connect(&c->ln, ai, c->err, sizeof c->err);
+        while (st == KL_OK) {
+            st = link_wait(c, POLLOUT, deadline, "connect");
+            if (st == KL_OK)
+                st = kl_link_connected(&c->ln, c->err, sizeof c->err);
+            if (st == KL_OK)
+                break;
+            if (st == KL_E_AGAIN)
+                st = KL_OK; /* keep waiting */
         }
+        if (st == KL_OK)
+            break;
+        kl_link_reset(&c->ln, false);
         if (ms_left(deadline) == 0)
             break;
     }
     freeaddrinfo(res);
-    snprintf(err, errlen, "cannot connect to %s port %u: %s", host,
-             (unsigned)port, why);
-    return timed_out ? KL_E_TIMEOUT : KL_E_IO;
+    if (st != KL_OK)
+        snprintf(err, errlen, "cannot connect to %s port %u: %s", host,
+                 (unsigned)port, c->err);
+    return st == KL_OK || st == KL_E_TIMEOUT ? st : KL_E_IO;
 }
 
 static kl_status handshake(kl_client *c, uint64_t deadline)
 {
     for (;;) {
-        kl_io r = kl_tls_handshake(c->tls);
-        if (r == KL_IO_OK)
+        short want;
+        kl_status st = kl_link_handshake(&c->ln, &want);
+        if (st == KL_OK)
             return KL_OK;
-        if (r == KL_IO_WANT_READ || r == KL_IO_WANT_WRITE) {
-            kl_status st = wait_fd(
-                c->fd, r == KL_IO_WANT_READ ? POLLIN : POLLOUT, deadline);
-            if (st == KL_E_TIMEOUT) {
-                set_err(c, "TLS handshake timed out%s", NULL);
-                return KL_E_TIMEOUT;
-            }
-            if (st != KL_OK) {
-                set_err(c, "poll: %s", strerror(errno));
-                return st;
-            }
+        if (st == KL_E_AGAIN) {
+            KL_GUARD(link_wait(c, want, deadline, "TLS handshake"));
             continue;
         }
-        set_err(c, "TLS handshake failed: %s",
-                r == KL_IO_EOF ? "connection closed by the server"
-                               : kl_tls_last_error(c->tls));
-        return r == KL_IO_EOF ? KL_E_CLOSED : KL_E_TLS;
+        set_err(c, "TLS handshake failed: %s", kl_link_why(&c->ln, st));
+        return st;
     }
 }
 
@@ -211,8 +158,7 @@ kl_status kl_client_connect(const kl_client_opts *o, kl_client **out, char *err,
         snprintf(err, errlen, "out of memory");
         return KL_E_NOMEM;
     }
-    c->fd = -1;
-    kl_pipeline_init(&c->pipe);
+    kl_link_init(&c->ln);
 
     kl_tls_opts topts = {.cert_file = o->cert_file,
                          .key_file = o->key_file,
@@ -223,14 +169,13 @@ kl_status kl_client_connect(const kl_client_opts *o, kl_client **out, char *err,
         kl_client_close(c);
         return KL_E_CONFIG;
     }
-    kl_status st = tcp_connect(host, port, deadline, &c->fd, err, errlen);
+    kl_status st = tcp_connect(c, host, port, deadline, err, errlen);
     if (st != KL_OK) {
         kl_client_close(c);
         return st;
     }
     const char *sn = o->server_name && *o->server_name ? o->server_name : host;
-    c->tls = kl_tls_conn_new(c->ctx, c->fd, false, sn);
-    if (!c->tls) {
+    if (kl_link_tls_start(&c->ln, c->ctx, sn) != KL_OK) {
         snprintf(err, errlen, "cannot create a TLS connection");
         kl_client_close(c);
         return KL_E_TLS;
@@ -251,35 +196,35 @@ kl_status kl_client_send(kl_client *c, const kl_request_spec *spec,
                          uint32_t *id_out)
 {
     KL_ENSURE(c->dead == KL_OK, c->dead);
-    return kl_pipeline_queue(&c->pipe, spec, true, id_out, kl_now_ns());
+    return kl_pipeline_queue(&c->ln.pipe, spec, true, id_out, kl_now_ns());
 }
 
 kl_status kl_client_send_with_id(kl_client *c, const kl_request_spec *spec)
 {
     KL_ENSURE(c->dead == KL_OK, c->dead);
-    return kl_pipeline_queue(&c->pipe, spec, false, NULL, kl_now_ns());
+    return kl_pipeline_queue(&c->ln.pipe, spec, false, NULL, kl_now_ns());
 }
 
 kl_status kl_client_send_raw(kl_client *c, const void *bytes, size_t len)
 {
     KL_ENSURE(c->dead == KL_OK, c->dead);
-    return kl_pipeline_queue_raw(&c->pipe, bytes, len, kl_now_ns());
+    return kl_pipeline_queue_raw(&c->ln.pipe, bytes, len, kl_now_ns());
 }
 
 kl_status kl_client_cancel(kl_client *c, uint32_t id)
 {
-    return kl_reqtable_cancel(&c->pipe.reqs, id);
+    return kl_reqtable_cancel(&c->ln.pipe.reqs, id);
 }
 
 size_t kl_client_outstanding(const kl_client *c)
 {
-    return kl_reqtable_count(&c->pipe.reqs);
+    return kl_reqtable_count(&c->ln.pipe.reqs);
 }
 
 size_t kl_client_unsent(const kl_client *c)
 {
     size_t n;
-    (void)kl_pipeline_out(&c->pipe, &n);
+    (void)kl_pipeline_out(&c->ln.pipe, &n);
     return n;
 }
 
@@ -297,57 +242,19 @@ static kl_status mark_dead(kl_client *c, kl_status st, const char *why)
 /* Reads whatever TLS has for us without blocking. *progress tells whether
  * any byte arrived. A close by the server marks the connection dead but is
  * reported only once its last complete responses have been returned. */
-static kl_status read_some(kl_client *c, bool *progress)
+static void read_some(kl_client *c, bool *progress)
 {
-    for (;;) {
-        uint8_t *dst;
-        size_t cap, n = 0;
-        kl_status st = kl_pipeline_in_space(&c->pipe, &dst, &cap);
-        if (st != KL_OK)
-            return mark_dead(c, st, "too many unread responses");
-        kl_io r = kl_tls_read(c->tls, dst, cap, &n);
-        switch (r) {
-        case KL_IO_OK:
-            kl_pipeline_in_commit(&c->pipe, n);
-            *progress = true;
-            continue;
-        case KL_IO_WANT_READ:
-        case KL_IO_WANT_WRITE: return KL_OK;
-        case KL_IO_EOF:
-            mark_dead(c, KL_E_CLOSED, "connection closed by the server");
-            return KL_OK;
-        default:
-            mark_dead(c, KL_E_TLS, kl_tls_last_error(c->tls));
-            return KL_OK;
-        }
-    }
+    kl_status st = kl_link_read(&c->ln, progress);
+    if (st != KL_OK)
+        mark_dead(c, st, kl_link_why(&c->ln, st));
 }
 
 /* Hands queued bytes to TLS without blocking. *want is the event a retry
  * waits for (0 when everything was written). */
 static kl_status write_some(kl_client *c, bool *progress, short *want)
 {
-    *want = 0;
-    for (;;) {
-        size_t len, n = 0;
-        const uint8_t *p = kl_pipeline_out(&c->pipe, &len);
-        if (!len)
-            return KL_OK;
-        /* All queued messages in one write: each is contiguous, and the
-         * TLS layer cuts records, never messages into header and body. */
-        kl_io r = kl_tls_write(c->tls, p, len, &n);
-        switch (r) {
-        case KL_IO_OK:
-            kl_pipeline_out_done(&c->pipe, n);
-            *progress = true;
-            continue;
-        case KL_IO_WANT_WRITE: *want = POLLOUT; return KL_OK;
-        case KL_IO_WANT_READ: *want = POLLIN; return KL_OK;
-        case KL_IO_EOF:
-            return mark_dead(c, KL_E_CLOSED, "connection closed by the server");
-        default: return mark_dead(c, KL_E_TLS, kl_tls_last_error(c->tls));
-        }
-    }
+    kl_status st = kl_link_write(&c->ln, want, progress);
+    return st == KL_OK ? KL_OK : mark_dead(c, st, kl_link_why(&c->ln, st));
 }
 
 /* One round of I/O: write what we can, read what there is; when neither
@@ -361,17 +268,17 @@ static kl_status pump(kl_client *c, uint64_t deadline, bool need_read)
     if (c->dead == KL_OK)
         KL_GUARD(write_some(c, &progress, &want));
     if (c->dead == KL_OK)
-        KL_GUARD(read_some(c, &progress));
+        read_some(c, &progress);
     if (progress || c->dead != KL_OK)
         return KL_OK;
-    if (kl_tls_pending(c->tls) > 0)
+    if (kl_tls_pending(c->ln.tls) > 0)
         return KL_OK; /* decrypted bytes wait inside TLS: read them */
     short ev = want;
     if (need_read || want == POLLOUT)
         ev |= POLLIN; /* while a write blocks, keep draining responses */
     if (!ev)
         return KL_OK;
-    kl_status st = wait_fd(c->fd, ev, deadline);
+    kl_status st = wait_fd(c->ln.fd, ev, deadline);
     if (st == KL_E_IO)
         return mark_dead(c, KL_E_IO, strerror(errno));
     return st;
@@ -430,13 +337,13 @@ static kl_status next_from_stream(kl_client *c, uint64_t deadline,
                                   kl_client_result *out)
 {
     for (;;) {
-        kl_status st = kl_pipeline_next(&c->pipe, out, kl_now_ns());
+        kl_status st = kl_pipeline_next(&c->ln.pipe, out, kl_now_ns());
         if (st != KL_E_AGAIN)
             return st;
         if (c->dead != KL_OK)
             return c->dead;
         st = pump(c, deadline, true);
-        if (st == KL_E_TIMEOUT && !kl_pipeline_has_frame(&c->pipe)) {
+        if (st == KL_E_TIMEOUT && !kl_pipeline_has_frame(&c->ln.pipe)) {
             set_err(c, "no response in time%s", NULL);
             return st;
         }
@@ -489,17 +396,17 @@ kl_status kl_client_call(kl_client *c, const kl_request_spec *spec,
 
 int kl_client_fd(const kl_client *c)
 {
-    return c->fd;
+    return c->ln.fd;
 }
 
 const char *kl_client_tls_version(const kl_client *c)
 {
-    return kl_tls_version(c->tls);
+    return kl_tls_version(c->ln.tls);
 }
 
 const char *kl_client_tls_cipher(const kl_client *c)
 {
-    return kl_tls_cipher(c->tls);
+    return kl_tls_cipher(c->ln.tls);
 }
 
 const char *kl_client_last_error(const kl_client *c)
@@ -511,18 +418,12 @@ void kl_client_close(kl_client *c)
 {
     if (!c)
         return;
-    if (c->tls) {
-        if (c->dead == KL_OK)
-            kl_tls_shutdown(c->tls);
-        kl_tls_conn_free(c->tls);
-    }
-    if (c->fd >= 0)
-        close(c->fd);
+    kl_link_reset(&c->ln, c->dead == KL_OK);
     kl_tls_ctx_free(c->ctx);
     kl_client_result r;
     while (take_kept(c, &r))
         kl_client_result_free(&r);
     free(c->kept.items);
-    kl_pipeline_free(&c->pipe);
+    kl_link_free(&c->ln);
     free(c);
 }

@@ -111,12 +111,28 @@ static void expect_fail(int want_status, const char *const *args,
     free(out);
 }
 
+static void expect_verbose(const char *const *args, const char *conn)
+{
+    char *out = NULL;
+    int st = run(&out, args);
+    if (st != 0 || !strstr(out, "OK: pong") || !strstr(out, "connected to") ||
+        !strstr(out, conn))
+        fail_msg("keyless-cli %s -v: exit %d, output lacks \"%s\":\n%s",
+                 args[0], st, conn, out);
+    free(out);
+}
+
 static void test_ping(void **state)
 {
     const char *a[] = {"ping", NULL};
     expect_ok(a, "pong");
     const char *b[] = {"ping", "--payload", "hello", "--tls12", NULL};
     expect_ok(b, "echoed 5 bytes");
+    /* -v describes the connection on stderr */
+    const char *c[] = {"ping", "-v", NULL};
+    expect_verbose(c, "with TLSv1.3 TLS_AES_");
+    const char *e[] = {"ping", "-v", "--tls12", NULL};
+    expect_verbose(e, "with TLSv1.2 ECDHE-");
 }
 
 static void test_sign_each_family(void **state)

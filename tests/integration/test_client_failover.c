@@ -119,6 +119,63 @@ static void test_refused_server_is_skipped(void **state)
     assert_int_equal(td_stop(&b, 0), 0);
 }
 
+/* kl_target_connect: up front, past the dead server to the live one, and
+ * the connection described; with no live server, the last failure named. */
+static void test_connect_ahead(void **state)
+{
+    td_daemon b;
+    start(&b, "failover-c");
+    char dead[32], live[32];
+    snprintf(dead, sizeof dead, "127.0.0.1:%u", (unsigned)dead_port());
+    snprintf(live, sizeof live, "127.0.0.1:%u", (unsigned)b.port);
+    const char *servers[] = {dead, live};
+    td_addrs addrs;
+    const td_daemon *ds[] = {&b};
+    kl_target_opts o = td_target_opts(ds, 1, &addrs);
+    o.servers = servers;
+    o.nservers = 2;
+    kl_target *t = NULL;
+    char err[256] = "x";
+    kl_conn_info ci;
+    assert_int_equal(kl_target_new(&o, &t, NULL, 0), KL_OK);
+    kl_target_conn_info(t, &ci);
+    assert_int_equal(ci.server, -1); /* nothing opened before use */
+    assert_int_equal(kl_target_connect(t, 3000, err, sizeof err), KL_OK);
+    assert_string_equal(err, "");
+    kl_target_conn_info(t, &ci);
+    assert_int_equal(ci.server, 1);
+    assert_int_equal(ci.port, b.port);
+    assert_string_equal(ci.tls_version, "TLSv1.3");
+    assert_non_null(strstr(ci.cipher, "TLS_"));
+    assert_non_null(strstr(ci.last_error, "refused"));
+    kl_target_stats st;
+    kl_target_get_stats(t, &st);
+    assert_int_equal(st.written, 0); /* connecting wrote no request */
+    assert_int_equal(st.connects, 1);
+    kl_target_free(t);
+
+    o.tls12_only = true;
+    assert_int_equal(kl_target_new(&o, &t, NULL, 0), KL_OK);
+    assert_int_equal(kl_target_connect(t, 3000, err, sizeof err), KL_OK);
+    kl_target_conn_info(t, &ci);
+    assert_string_equal(ci.tls_version, "TLSv1.2");
+    assert_string_equal(ci.cipher, "ECDHE-ECDSA-AES256-GCM-SHA384");
+    kl_target_free(t);
+
+    o.tls12_only = false;
+    o.nservers = 1; /* the dead one only */
+    assert_int_equal(kl_target_new(&o, &t, NULL, 0), KL_OK);
+    double t0 = td_now_ms();
+    assert_int_equal(kl_target_connect(t, 3000, err, sizeof err), KL_E_IO);
+    assert_true(td_now_ms() - t0 < 2000); /* a refusal is not a timeout */
+    char port_part[48];
+    snprintf(port_part, sizeof port_part, "port %s", strchr(dead, ':') + 1);
+    assert_non_null(strstr(err, port_part));
+    assert_non_null(strstr(err, "refused"));
+    kl_target_free(t);
+    assert_int_equal(td_stop(&b, 0), 0);
+}
+
 #define NREQ 600
 #define KILL_AT 200
 
@@ -262,6 +319,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refused_server_is_skipped),
+        cmocka_unit_test(test_connect_ahead),
         cmocka_unit_test(test_kill_mid_run),
         cmocka_unit_test(test_idle_pings),
         cmocka_unit_test(test_hung_server_found_by_ping),
