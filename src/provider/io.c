@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #define IO_POLL_CAP_MS 1000
 
 struct klp_io {
+    struct klp_io *next; /* every klp_io of the process (all_ios) */
     kl_target *t;
     pthread_mutex_t mu; /* starting and stopping */
     pid_t pid;          /* process whose thread runs (atomic); 0: none */
@@ -24,6 +26,14 @@ struct klp_io {
     int stop_fd;   /* eventfd: the thread exits once it is readable */
     int target_fd; /* kl_async_fd in that process */
 };
+
+/* Every klp_io, so that the threads stop before OpenSSL's own exit
+ * handler (OPENSSL_cleanup) tears down what they use. Lock order: all_mu,
+ * then an io's mu. */
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
+static klp_io *all_ios;
+static bool exiting; /* under all_mu; read atomically */
+static pthread_once_t atexit_once = PTHREAD_ONCE_INIT;
 
 static void *io_main(void *arg)
 {
@@ -46,6 +56,42 @@ static void *io_main(void *arg)
     return NULL;
 }
 
+/* Stops this process's thread of io, if it runs. Called with io->mu. */
+static void stop(klp_io *io)
+{
+    if (io->pid != getpid())
+        return;
+    /* An eventfd write of 1 to a counter the thread never reads cannot
+     * fail: the thread will see it. */
+    uint64_t one = 1;
+    ssize_t w = write(io->stop_fd, &one, sizeof(one));
+    (void)w;
+    pthread_join(io->thread, NULL);
+    __atomic_store_n(&io->pid, 0, __ATOMIC_RELEASE);
+    close(io->stop_fd);
+    io->stop_fd = -1;
+}
+
+/* Registered when the first thread starts, so after OpenSSL's handler,
+ * and therefore run before it: no thread of ours is inside OpenSSL while
+ * it cleans up. Operations from here on block instead. */
+static void stop_all_at_exit(void)
+{
+    pthread_mutex_lock(&all_mu);
+    __atomic_store_n(&exiting, true, __ATOMIC_RELEASE);
+    for (klp_io *io = all_ios; io; io = io->next) {
+        pthread_mutex_lock(&io->mu);
+        stop(io);
+        pthread_mutex_unlock(&io->mu);
+    }
+    pthread_mutex_unlock(&all_mu);
+}
+
+static void register_atexit(void)
+{
+    atexit(stop_all_at_exit);
+}
+
 klp_io *klp_io_new(kl_target *t)
 {
     klp_io *io = calloc(1, sizeof(*io));
@@ -54,6 +100,10 @@ klp_io *klp_io_new(kl_target *t)
     io->t = t;
     io->stop_fd = io->target_fd = -1;
     pthread_mutex_init(&io->mu, NULL);
+    pthread_mutex_lock(&all_mu);
+    io->next = all_ios;
+    all_ios = io;
+    pthread_mutex_unlock(&all_mu);
     return io;
 }
 
@@ -66,6 +116,9 @@ static int start(klp_io *io, pid_t me)
         close(io->stop_fd);
         io->stop_fd = -1;
     }
+    if (__atomic_load_n(&exiting, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_once(&atexit_once, register_atexit);
     int tfd = kl_async_fd(io->t); /* created now, in this process */
     if (tfd < 0)
         return 0;
@@ -111,15 +164,17 @@ void klp_io_free(klp_io *io)
 {
     if (!io)
         return;
-    if (io->pid == getpid()) {
-        /* An eventfd write of 1 to a counter the thread never reads
-         * cannot fail: the thread will see it. */
-        uint64_t one = 1;
-        ssize_t w = write(io->stop_fd, &one, sizeof(one));
-        (void)w;
-        pthread_join(io->thread, NULL);
-    }
-    if (io->stop_fd >= 0)
+    pthread_mutex_lock(&all_mu);
+    for (klp_io **pp = &all_ios; *pp; pp = &(*pp)->next)
+        if (*pp == io) {
+            *pp = io->next;
+            break;
+        }
+    pthread_mutex_unlock(&all_mu);
+    pthread_mutex_lock(&io->mu);
+    stop(io);
+    pthread_mutex_unlock(&io->mu);
+    if (io->stop_fd >= 0) /* a copy inherited from a parent */
         close(io->stop_fd);
     pthread_mutex_destroy(&io->mu);
     free(io);

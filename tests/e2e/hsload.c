@@ -158,9 +158,9 @@ static void hs_step(hs *h, uint32_t events)
             hs_start(h);
             return;
         }
-        struct epoll_event ev = {
-            .events = e == SSL_ERROR_WANT_READ ? EPOLLIN : EPOLLOUT,
-            .data.ptr = h};
+        struct epoll_event ev = {.events = e == SSL_ERROR_WANT_READ ? EPOLLIN
+                                                                    : EPOLLOUT,
+                                 .data.ptr = h};
         epoll_ctl(ep, EPOLL_CTL_MOD, h->fd, &ev);
         return;
     }
@@ -243,7 +243,8 @@ int main(int argc, char **argv)
             hs *h = &conns[i];
             if (h->fd < 0 && more())
                 hs_start(h); /* a start that failed: try again */
-            if (h->fd >= 0 && now_ns() - h->t0 > (uint64_t)timeout_ms * 1000000u) {
+            if (h->fd >= 0 &&
+                now_ns() - h->t0 > (uint64_t)timeout_ms * 1000000u) {
                 failed++;
                 hs_close(h, 1);
                 hs_start(h);

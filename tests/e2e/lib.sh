@@ -1,7 +1,10 @@
+# shellcheck shell=bash
 # Shared by the end-to-end tests of the keyless provider (issue 7): a test
 # PKI, a keylessd holding the real keys, certificates and key references
 # for them, and an openssl.cnf that loads keyless.so after the default
-# provider. Sourced; every helper fails the test with a message.
+# provider; for issue 8 also certificates named for SNI, the SKI of a
+# certificate (keylessd --test-delay) and the handshake client hsload.
+# Sourced; every helper fails the test with a message.
 set -euo pipefail
 
 : "${KL_SRC_DIR:?}" "${KL_BIN_DIR:?}" "${KL_PROVIDER:?}"
@@ -117,6 +120,17 @@ start_keylessd() {
 metrics_up() {
     [ "${KD_METRICS:-0}" != 0 ] &&
         curl -sf "http://127.0.0.1:$KD_METRICS/metrics" >/dev/null 2>&1
+}
+
+# metric_samples: /metrics has keyless_requests samples (a keylessd whose
+# counters are not wired would have only the HELP and TYPE lines; the tests
+# then count from the shutdown summary too, and say so).
+metric_samples() {
+    local m
+    m=$(curl -s "http://127.0.0.1:$KD_METRICS/metrics" || true)
+    grep -q '^keyless_requests{' <<<"$m" && return 0
+    echo "note: keylessd's /metrics has no keyless_requests samples; counting from its shutdown summary" >&2
+    return 1
 }
 
 # requests_at_stop: M from the last shutdown summary in keylessd's log.

@@ -107,6 +107,17 @@ grep -E "BUG|FATAL|ALERT" "$H/async.log" && fail "HAProxy reported a bug"
 # about 32 kB each - HAProxy's issue 3453, not the provider's memory.)
 echo "  worker fds: $fd0 -> $fd1, rss: $rss0 -> $rss1 kB"
 [ "$fd1" -le "$fd0" ] || { ls -l "/proc/$A_WORKER/fd" >&2; fail "HAProxy's open descriptors grew: $fd0 -> $fd1"; }
+# The provider's own count of live wait slots (one per SSL with a key
+# operation): back to 0 once the connections are gone. Read with gdb when
+# it is installed and keyless.so has its symbol table.
+if command -v gdb >/dev/null; then
+    live=$(timeout 60 gdb -p "$A_WORKER" -batch -ex 'call (long)klp_async_live()' 2>/dev/null |
+        sed -n 's/^\$1 = //p')
+    if [ -n "$live" ]; then
+        [ "$live" = 0 ] || fail "$live wait slots of the provider still alive in HAProxy"
+        echo "  provider wait slots alive in the worker: 0"
+    fi
+fi
 body=$(get "$A_PORT" slow.test) || fail "HAProxy does not serve after the aborts"
 echo "ok: 1,064 connections with aborts and drops: no descriptor growth, no crash"
 
