@@ -16,8 +16,13 @@
 # tests/e2e/hsload.c: 64 handshakes in flight (TLS 1.3, a new connection
 # and a full handshake each, no resumption), for DUR seconds; medians of
 # REPS runs, async and blocking alternating. A row with the key on local
-# disk (no keylessd) gives the machine's ceiling. Binaries come from
-# $KL_BIN_DIR (default: build/), keyless.so from $KL_PROVIDER.
+# disk (no keylessd) gives HAProxy's own rate for this load. The CPU's
+# ceiling comes from the same invocation: `openssl speed -multi 2 -seconds
+# SPEED_S ecdsap256` (P-256 signatures per second on both cores), REPS
+# runs, the best one the ceiling; every row's handshakes/s is also written
+# as a share of it. Every process is bounded by `timeout` and stopped on
+# exit (tests/e2e/lib.sh). Binaries come from $KL_BIN_DIR (default:
+# build/), keyless.so from $KL_PROVIDER.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,17 +39,37 @@ for b in "$KL_BIN_DIR/keylessd" "$KL_BIN_DIR/keyless-keyref" "$KL_PROVIDER"; do
     [ -e "$b" ] || { echo "run.sh: $b missing: build first (make)" >&2; exit 1; }
 done
 if [ $smoke = 1 ]; then
-    DUR=1 REPS=1 OUT=$KL_BIN_DIR/bench-haproxy-smoke
+    DUR=1 REPS=1 SPEED_S=1 OUT=$KL_BIN_DIR/bench-haproxy-smoke
 else
-    DUR=${DUR:-8} REPS=${REPS:-3} OUT=$ROOT/bench/haproxy
+    DUR=${DUR:-8} REPS=${REPS:-3} SPEED_S=${SPEED_S:-5} OUT=$ROOT/bench/haproxy
 fi
 CONC=${CONC:-64}
 mkdir -p "$OUT"
 
 . "$ROOT/tests/e2e/lib.sh"
 . "$ROOT/tests/e2e/haproxy_lib.sh"
+# A signal ends the script through lib.sh's EXIT trap, which stops HAProxy
+# and keylessd.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# The ceiling: P-256 signatures per second on both cores, REPS runs of
+# `openssl speed` (sign then verify, SPEED_S seconds each). The best run is
+# the ceiling: other work on the machine can only lower it.
+echo "ceiling: openssl speed -multi 2 -seconds $SPEED_S ecdsap256"
+: >"$E2E_TMP/speed"
+for r in $(seq "$REPS"); do
+    timeout -k 5 $((SPEED_S * 2 + 60)) openssl speed -multi 2 -seconds "$SPEED_S" ecdsap256 2>/dev/null |
+        awk '/sign\/s/ { getline; print $(NF - 1), $NF }' >>"$E2E_TMP/speed" || true
+done
+[ -s "$E2E_TMP/speed" ] || fail "openssl speed ecdsap256 gave no result"
+CEIL=$(sort -n -k1,1 "$E2E_TMP/speed" | tail -1 | cut -d' ' -f1)
+CEIL_V=$(sort -n -k1,1 "$E2E_TMP/speed" | tail -1 | cut -d' ' -f2)
+CEIL_MED=$(cut -d' ' -f1 "$E2E_TMP/speed" | sort -n | awk '{ r[NR] = $1 } END { print r[int((NR + 1) / 2)] }')
+CEIL_RUNS=$(cut -d' ' -f1 "$E2E_TMP/speed" | paste -sd' ')
+echo "  sign/s: $CEIL_RUNS (best $CEIL, verify/s in that run $CEIL_V)"
 make_pki
 named_cert fast.test ecdsa-p256
 named_cert slow.test ecdsa-p384
@@ -53,7 +78,8 @@ build_hsload
 # one COLUMN PORT: one run; prints "rate p50 p99".
 one() {
     local out
-    out=$("$HSLOAD" -a "127.0.0.1:$1" -s fast.test -c "$CONC" -t "$DUR" -3)
+    out=$(timeout -k 5 $((DUR + 60)) "$HSLOAD" -a "127.0.0.1:$1" -s fast.test -c "$CONC" -t "$DUR" -3) ||
+        fail "hsload on port $1 did not finish"
     echo "$out" >>"$E2E_TMP/runs.log"
     local f
     f=$(echo "$out" | grep -o 'failed=[0-9]*' | cut -d= -f2)
@@ -84,9 +110,9 @@ measure() { # measure LABEL PORT...: alternating runs, median per label
     done
 }
 
-warm() { "$HSLOAD" -a "127.0.0.1:$1" -s fast.test -c 8 -n 200 >/dev/null; }
+warm() { timeout -k 5 60 "$HSLOAD" -a "127.0.0.1:$1" -s fast.test -c 8 -n 200 >/dev/null; }
 
-# The key on local disk: the ceiling of this machine for this load.
+# The key on local disk: HAProxy's own rate for this load, no keylessd.
 mkdir -p "$H"
 cat "$E2E_TMP/certs/fast.test.crt" "$PKI/keys/ecdsa-p256.key" >"$H/fast.pem"
 cp "$H/fast.pem" "$H/slow.pem"
@@ -113,9 +139,21 @@ for ms in 1 50; do
     stop_keylessd
 done
 
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 col() { echo "${RES[$1]}" | awk -v c="$2" '{ print $c }'; }
 ratio() { awk -v a="$(col "$1" 1)" -v b="$(col "$2" 1)" 'BEGIN { printf "%.1f", (b > 0) ? a / b : 0 }'; }
-row() { printf '| %s | %s | %s | %s | %s |\n' "$1" "$2" "$(col "$3" 1)" "$(col "$3" 2)" "$(col "$3" 3)"; }
+share() { awk -v a="$1" -v c="$CEIL" 'BEGIN { printf "%.4f", (c > 0) ? a / c : 0 }'; }
+pct() { awk -v a="$1" 'BEGIN { printf "%.2f%%", a * 100 }'; }
+num() { awk -v a="$1" 'BEGIN { printf "%.0f\n", a }' | sed ':a; s/\B[0-9]\{3\}\>/,&/; ta'; }
+row() {
+    local r
+    r=$(col "$3" 1)
+    printf '| %s | %s | %s | %s (%s) | %s | %s |\n' "$1" "$2" "$r" "$(share "$r")" \
+        "$(pct "$(share "$r")")" "$(col "$3" 2)" "$(col "$3" 3)"
+}
+# the two ECDSA operations of a handshake (server sign, client verify) at
+# RATE handshakes/s, as a share of the two cores
+ecdsa_cpu() { awk -v a="$1" -v s="$CEIL" -v v="$CEIL_V" 'BEGIN { printf "%.1f", (s > 0 && v > 0) ? 100 * a * (1 / s + 1 / v) : 0 }'; }
 {
     echo "# HAProxy with keyless keys: async versus blocking (issue 8)"
     echo
@@ -127,11 +165,23 @@ row() { printf '| %s | %s | %s | %s | %s |\n' "$1" "$2" "$(col "$3" 1)" "$(col "
     echo "(tests/e2e/hsload.c), ${DUR} s per run, median of $REPS runs, the"
     echo "columns of a table measured alternately in the same run. Key server"
     echo "latency: keylessd holds each request that long (--test-delay)."
-    echo "Load average when the run started: $LOAD0 (other work on the machine"
-    echo "shows there; the columns of one latency share it alike)."
+    echo "Load average when the run started: $LOAD0, when it ended: $LOAD1"
+    echo "(other work on the machine shows there; the columns of one latency"
+    echo "share it alike, the ceiling is measured before them)."
     echo
-    echo "| key server latency | HAProxy key operations | handshakes/s | p50 ms | p99 ms |"
-    echo "|---|---|---|---|---|"
+    echo "## Ceiling: \`openssl speed -multi 2 -seconds $SPEED_S ecdsap256\` (same run)"
+    echo
+    echo "| primitive | sign/s, 2 cores (best run) | runs (sign/s) | median | verify/s (best run) |"
+    echo "|---|---:|---|---:|---:|"
+    echo "| ECDSA P-256 | $(num "$CEIL") | $(for v in $CEIL_RUNS; do num "$v"; done | paste -sd' ' | sed 's/ /, /g') | $(num "$CEIL_MED") | $(num "$CEIL_V") |"
+    echo
+    echo "Measured just before the handshakes, on the same two cores. The best"
+    echo "run is the ceiling: other work on the machine can only lower it."
+    echo
+    echo "## Handshakes"
+    echo
+    echo "| key server latency | HAProxy key operations | handshakes/s | share of the ceiling | p50 ms | p99 ms |"
+    echo "|---|---|---:|---:|---:|---:|"
     row "- (key on local disk)" "local" local
     for ms in 1 50; do
         row "$ms ms" "blocking" "blocking-$ms"
@@ -139,6 +189,23 @@ row() { printf '| %s | %s | %s | %s | %s |\n' "$1" "$2" "$(col "$3" 1)" "$(col "
     done
     echo
     echo "Async / blocking: $(ratio async-1 blocking-1)x at 1 ms, $(ratio async-50 blocking-50)x at 50 ms."
+    echo
+    echo "What the share means: handshakes/s divided by the P-256 signatures/s"
+    echo "both cores can do, which is the share of the machine's CPU that the"
+    echo "server's signatures alone take at that rate (one signature per"
+    echo "handshake, if it costs inside the handshake what it costs in"
+    echo "\`openssl speed\`). 1.0 would be a handshake that costs nothing but"
+    echo "its signature. A full TLS 1.3 handshake costs more: the client"
+    echo "verifies that signature (one verification costs about"
+    echo "$(awk -v s="$CEIL" -v v="$CEIL_V" 'BEGIN { printf "%.1f", (v > 0) ? s / v : 0 }') signatures, from verify/s above), both sides generate an X25519"
+    echo "key share and derive the shared secret (not measured here), then the"
+    echo "key schedule, the records, a TCP connection, and HAProxy's and the"
+    echo "client's own work, all on the same two cores (with keylessd, also"
+    echo "keylessd and the provider's TLS connection to it). At the local-disk"
+    echo "rate the two ECDSA operations of each handshake take $(ecdsa_cpu "$(col local 1)")% of the"
+    echo "CPU; everything else takes the other $(awk -v x="$(ecdsa_cpu "$(col local 1)")" 'BEGIN { printf "%.1f", 100 - x }')%. The share measures the"
+    echo "handshake against its signature; it is not a target of 1.0: compare"
+    echo "the rows with one another and with the local-disk row."
     echo
     echo "Blocking, each of HAProxy's 2 threads waits for every signature, so"
     echo "at most 2 handshakes progress per key server round trip (2 / 50 ms ="
