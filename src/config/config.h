@@ -68,9 +68,37 @@ typedef struct kl_config {
     uint64_t handshake_timeout_ns;
     uint64_t drain_timeout_ns;
     uint64_t max_queue_time_ns; /* 0: none */
+    /* hardening (issue 10, docs/SECURITY.md) */
+    int max_connections;
+    int max_handshaking;
+    int max_output_per_conn; /* bytes */
+    bool allow_core_dumps;
+    char *access_file; /* access lists (server/acl.h); unset: none */
     bool tls13;
     char *config_file;
-    char *test_delay; /* comma list of SKIHEX:MS */
+    char *test_delay;      /* comma list of SKIHEX:MS */
+    char *metrics_address; /* unset or "": listen_address */
+    /* geo routing (docs/ROUTING.md); router_table unset: no routing */
+    char *router_table;
+    char *router_cert, *router_key, *router_ca; /* unset: the server's own */
+    char *router_server_name;
+    uint64_t router_default_deadline_ns;
+    int router_max_attempts;
+    int router_max_hops;
+    uint64_t router_timeout_floor_ns;
+    uint64_t router_timeout_ceiling_ns;
+    int router_timeout_p99_factor;
+    uint64_t router_ping_interval_ns;
+    int router_ewma_weight;
+    int router_latency_tolerance;
+    uint64_t router_reload_poll_ns; /* 0: no polling */
+    uint64_t router_dns_refresh_ns;
+    uint64_t router_connect_timeout_ns;
+    int router_conn_inflight_threshold;
+    int router_max_conns_per_remote;
+    int router_max_inflight_per_conn;
+    int router_max_fds;
+    int router_max_inflight;
     /* modes (flags only) */
     bool help, help_markdown, help_man, version, check, keystore_debug,
         output_config, config_only, manual_activation, renew;

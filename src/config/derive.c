@@ -303,6 +303,16 @@ kl_status kl_cfg_derive(kl_config *cfg, char *err, size_t errlen)
                                "setting to use the default %s",
                                *o, opt->def);
     }
+    if (cfg->router_timeout_ceiling_ns < cfg->router_timeout_floor_ns) {
+        char a[32], b[32];
+        kl_format_duration(cfg->router_timeout_ceiling_ns, a, sizeof a);
+        kl_format_duration(cfg->router_timeout_floor_ns, b, sizeof b);
+        return kl_cfg_fail(err, errlen,
+                           "router_timeout_ceiling: %s is below "
+                           "router_timeout_floor %s; raise the ceiling or "
+                           "lower the floor",
+                           a, b);
+    }
     if (cfg->manual_activation && cfg->config_only)
         return kl_cfg_fail(err, errlen,
                            "--manual-activation and --config-only exclude "

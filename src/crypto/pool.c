@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -70,6 +71,9 @@ struct kl_pool {
     bslot *bslots;
     int bstarted;
     /* the watchdog of the blocking class (see above) */
+    /* moving average of execution times per class (kl_pool_wait_estimate);
+     * written by workers, read by submitters: relaxed atomics */
+    _Atomic uint64_t exec_ns[KL_COST_CLASSES];
     pthread_cond_t wcv; /* CLOCK_MONOTONIC */
     pthread_t wthread;
     bool wstarted, wstop;
@@ -110,23 +114,46 @@ static kl_job *pick(kl_pool *p, kl_cost_class *cls)
     return NULL;
 }
 
-static void run(kl_job *job)
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void run(kl_pool *p, kl_cost_class cls, kl_job *job)
 {
     job->out_len = 0;
     /* P6 shedding: no work for a request that cannot be answered by its
      * deadline - neither one that expired in the queue nor one whose known
-     * cost would take it past the deadline. The test delay stands for slow
+     * cost would take it past the deadline - nor for one whose client has
+     * gone (issue 10: a server that computes answers for clients that
+     * gave up collapses under their retries). The test delay stands for slow
      * crypto, so it counts as that cost (real crypto costs are not modelled
      * yet: they are microseconds next to client budgets). */
     uint64_t cost_ns = job->test_delay_us * 1000u;
-    if (job->deadline_ns && kl_now_ns() + cost_ns > job->deadline_ns) {
+    if ((job->abandoned &&
+         atomic_load_explicit(job->abandoned, memory_order_relaxed)) ||
+        (job->deadline_ns && kl_now_ns() + cost_ns > job->deadline_ns)) {
         job->err = KL_ERR_INTERNAL;
     } else {
         if (job->test_delay_us)
             usleep((useconds_t)job->test_delay_us);
+        uint64_t t0 = thread_cpu_ns();
         job->err = kl_crypto_exec_deadline(job->key, job->opcode, job->in,
                                            job->in_len, job->out, job->out_cap,
                                            &job->out_len, job->deadline_ns);
+        /* CPU time, not wall time: a worker preempted for a time slice
+         * in the middle of a job would otherwise multiply the estimate
+         * and make admission control shed work the pool could do. Average
+         * over ~8 jobs; concurrent updates may lose one sample, which an
+         * estimate can afford. */
+        uint64_t took = thread_cpu_ns() - t0 + job->test_delay_us * 1000u;
+        uint64_t avg =
+            atomic_load_explicit(&p->exec_ns[cls], memory_order_relaxed);
+        avg = avg ? avg - avg / 8 + took / 8 : took;
+        atomic_store_explicit(&p->exec_ns[cls], avg, memory_order_relaxed);
     }
     job->done(job); /* the job belongs to its owner from here on */
 }
@@ -140,7 +167,7 @@ static void *worker_main(void *arg)
         kl_job *job = pick(p, &cls);
         if (job) {
             pthread_mutex_unlock(&p->mu);
-            run(job);
+            run(p, cls, job);
             pthread_mutex_lock(&p->mu);
             if (cls == KL_COST_SLOW)
                 p->slow_running--;
@@ -366,6 +393,7 @@ kl_pool *kl_pool_new(const kl_pool_opts *opts)
         size_t lim = opts ? opts->queue_limit[c] : 0;
         p->q[c].limit = lim ? lim : DEFAULT_QUEUE_LIMIT;
         atomic_init(&p->q[c].len, 0);
+        atomic_init(&p->exec_ns[c], 0);
     }
     p->blocking_want = opts && opts->blocking_workers > 0
                            ? opts->blocking_workers
@@ -477,6 +505,17 @@ kl_status kl_pool_submit(kl_pool *p, kl_job *job)
     }
     pthread_mutex_unlock(&p->mu);
     return s;
+}
+
+uint64_t kl_pool_wait_estimate(const kl_pool *p, kl_cost_class c)
+{
+    if (!p || c == KL_COST_BLOCKING || (int)c < 0 || c >= KL_COST_CLASSES)
+        return 0;
+    uint64_t avg = atomic_load_explicit(&p->exec_ns[c], memory_order_relaxed);
+    uint64_t queued = atomic_load_explicit(&p->q[c].len, memory_order_relaxed);
+    /* workers and max_slow change only at creation */
+    uint64_t lanes = (uint64_t)(c == KL_COST_SLOW ? p->max_slow : p->workers);
+    return avg * queued / (lanes ? lanes : 1) + avg;
 }
 
 size_t kl_pool_queued(const kl_pool *p, kl_cost_class c)

@@ -35,6 +35,11 @@ struct kl_job {
                                without running the crypto (P6 shedding); a
                                token key's wait for a session ends there */
     uint64_t test_delay_us; /* test hook: sleep before executing */
+    /* NULL, or set (by the submitter, any time) when nobody waits for the
+     * answer any more - the client has gone: the job is then answered
+     * KL_ERR_INTERNAL without running (issue 10). Must stay valid until
+     * the done callback. */
+    const _Atomic bool *abandoned;
     kl_job_done_fn done;
     void *owner; /* free for the submitter */
 };
@@ -64,5 +69,14 @@ void kl_pool_free(kl_pool *p);
 KL_WUR kl_status kl_pool_submit(kl_pool *p, kl_job *job);
 
 size_t kl_pool_queued(const kl_pool *p, kl_cost_class c);
+
+/* How long a job of class c submitted now would wait before it finishes:
+ * the jobs queued ahead of it and its own run, from a moving average of
+ * the class's recent execution times spread over the workers that may run
+ * it. 0 for the blocking class (its watchdog answers at the deadline) and
+ * before any job of the class ran. For admission control (issue 10): a
+ * request that cannot finish by its deadline is refused before it is
+ * queued, which keeps the queue short and the shedding cheap. */
+uint64_t kl_pool_wait_estimate(const kl_pool *p, kl_cost_class c);
 
 #endif

@@ -20,6 +20,7 @@ struct kl_loop {
     void *before_sleep_arg;
     bool stop;
     uint64_t now_ns;
+    uint64_t busy_ns; /* time spent outside epoll_wait */
 
     /* The batch being dispatched, so kl_watch_stop() can drop events not
      * yet delivered for a watcher its owner is about to free. */

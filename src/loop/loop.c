@@ -73,6 +73,11 @@ uint64_t kl_loop_now(const kl_loop *l)
     return l->now_ns;
 }
 
+uint64_t kl_loop_busy_ns(const kl_loop *l)
+{
+    return l->busy_ns;
+}
+
 void kl_loop_stop(kl_loop *l)
 {
     l->stop = true;
@@ -144,6 +149,11 @@ kl_status kl_loop_run_once(kl_loop *l, int timeout_ms)
     int t = kl_loop_timer_timeout_ms(l);
     if (t >= 0 && (timeout_ms < 0 || t < timeout_ms))
         timeout_ms = t;
+    /* busy: from the end of the last wait to the start of this one (two
+     * clock reads per turn, the second one needed anyway) */
+    uint64_t before = kl_now_ns();
+    if (before > l->now_ns)
+        l->busy_ns += before - l->now_ns;
     int n = epoll_wait(l->epfd, l->events, KL_LOOP_MAX_EVENTS, timeout_ms);
     if (n < 0) {
         KL_ENSURE(errno == EINTR, KL_E_IO);

@@ -64,6 +64,10 @@ void kl_loop_stop(kl_loop *l);
 
 /* The monotonic time of the current turn (cheap: cached per turn). */
 uint64_t kl_loop_now(const kl_loop *l);
+/* Nanoseconds the loop spent working - running callbacks, timers and the
+ * before-sleep hook - rather than waiting in epoll_wait, since it was
+ * created. Its own thread only (metrics: keylessd_loop_busy_seconds). */
+uint64_t kl_loop_busy_ns(const kl_loop *l);
 
 /* Thread-safe. Makes the loop's thread call the wake function soon.
  * Several wakes before the loop runs coalesce into one call. */

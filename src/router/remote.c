@@ -159,8 +159,12 @@ static void on_probe(void *arg, const kl_result *res)
         /* a probe that waited for the handshake measured the handshake:
          * measure again at once, on the connection now up */
         bool fresh = c->probe_fresh;
-        if (!fresh)
+        if (!fresh) {
+            if (!rm->measured)
+                kl_debug("router: remote %s measured (ping %.1f ms)", rm->name,
+                         (double)res->elapsed_ns / 1e6);
             kl_remote_sample(rm, res->elapsed_ns);
+        }
         if (!rm->up)
             kl_info("router: remote %s is up (ping %.1f ms)", rm->name,
                     (double)res->elapsed_ns / 1e6);

@@ -11,7 +11,9 @@
 
 #include "core/log.h"
 #include "core/time.h"
+#include "server/acl.h"
 #include "server/internal.h"
+#include "server/limits.h"
 
 static void on_event(kl_loop *l, kl_watch *w, unsigned events);
 static void on_timer(kl_loop *l, kl_timer *t);
@@ -43,6 +45,11 @@ static void format_addr(const struct sockaddr *sa, char *out, size_t cap)
 void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
 {
     kl_server *srv = s->srv;
+    /* issue 10: over max_connections or max_handshaking, close at once. */
+    if (!kl_limits_admit(s)) {
+        close(fd);
+        return;
+    }
     /* P8: Nagle plus delayed ACKs would hold each coalesced write ~40 ms. */
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -54,6 +61,7 @@ void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
         if (c)
             free(c);
         close(fd);
+        kl_limits_release(s, true);
         return;
     }
     c->shard = s;
@@ -80,6 +88,7 @@ void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
         free(c->in);
         free(c);
         close(fd);
+        kl_limits_release(s, true);
         return;
     }
     c->next = s->live;
@@ -88,6 +97,7 @@ void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
     s->live = c;
     s->nlive++;
     KL_COUNT(s->st.accepted);
+    kl_metrics_conn_move(s->mx, KL_MCONN_NONE, KL_MCONN_HANDSHAKE);
 }
 
 /* ---- closing ---- */
@@ -97,13 +107,17 @@ void kl_conn_close(kl_conn *c)
     if (c->state == KL_CONN_CLOSED)
         return;
     kl_shard *s = c->shard;
+    kl_limits_release(s, c->state == KL_CONN_HANDSHAKE);
+    /* workers skip the jobs still queued for it (issue 10) */
+    atomic_store_explicit(&c->gone, true, memory_order_relaxed);
     kl_watch_stop(s->loop, &c->watch);
     kl_timer_stop(s->loop, &c->timer);
     kl_tls_conn_free(c->tls);
     c->tls = NULL;
     close(c->fd);
     c->fd = -1;
-    c->state = KL_CONN_CLOSED;
+    kl_conn_set_state(c, KL_CONN_CLOSED);
+    kl_routed_cancel_all(c); /* issue 9: nothing more goes upstream */
     /* Move from the live list to the closed list; the shard frees it once
      * no job refers to it any more (jobs still running come back to it and
      * their answers are discarded). */
@@ -157,7 +171,7 @@ void kl_conn_drain(kl_conn *c)
     if (c->state != KL_CONN_OPEN)
         return;
     kl_shard *s = c->shard;
-    c->state = KL_CONN_DRAINING;
+    kl_conn_set_state(c, KL_CONN_DRAINING);
     /* P8: stop reading, finish what is in flight (up to the drain time),
      * then close. */
     if (kl_timer_at(s->loop, &c->timer,
@@ -297,6 +311,7 @@ void kl_conn_read(kl_conn *c)
                      c->inflight ? " with requests in flight" : "");
             kl_conn_close(c);
         } else {
+            kl_metrics_failed_connection(c->shard->mx); /* issue 11 */
             kl_conn_close_with(c, KL_LOG_INFO, "read failed",
                                kl_tls_last_error(c->tls));
         }
@@ -330,6 +345,7 @@ void kl_conn_flush(kl_conn *c)
         } else if (io == KL_IO_WANT_READ) {
             c->write_wants_read = true;
         } else {
+            kl_metrics_failed_connection(c->shard->mx); /* issue 11 */
             kl_conn_close_with(c, KL_LOG_INFO, "write failed",
                                io == KL_IO_EOF ? "peer closed"
                                                : kl_tls_last_error(c->tls));
@@ -349,8 +365,11 @@ static void handshake(kl_conn *c)
     kl_io io = kl_tls_handshake(c->tls);
     switch (io) {
     case KL_IO_OK:
-        c->state = KL_CONN_OPEN;
+        kl_limits_handshake_done(s);
+        kl_conn_set_state(c, KL_CONN_OPEN);
+        kl_mx_peer_cert(c); /* issue 11: the client certificate's expiry */
         snprintf(c->peer, sizeof c->peer, "%s", kl_tls_peer_name(c->tls));
+        c->acl_rules = kl_acl_match_conn(s->srv->o.acl, c->tls);
         KL_COUNT(s->st.handshakes);
         kl_debug("connection %s (client %s): %s %s", c->addr,
                  kl_conn_peer_label(c), kl_tls_version(c->tls),
@@ -383,6 +402,8 @@ static void handshake(kl_conn *c)
              * 1.3 alike (in 1.3 the server fails on the client's
              * Certificate message). One line, with the reason. */
             KL_COUNT(s->st.handshake_failed);
+            kl_mx_handshake_failed(s, io == KL_IO_EOF ? KL_HS_FAIL_CLOSED : -1,
+                                   kl_tls_last_error(c->tls));
             snprintf(c->peer, sizeof c->peer, "%s", kl_tls_peer_name(c->tls));
             kl_conn_close_with(c, KL_LOG_WARN, "TLS handshake failed",
                                io == KL_IO_EOF
@@ -438,6 +459,7 @@ static void on_timer(kl_loop *l, kl_timer *t)
     switch (c->state) {
     case KL_CONN_HANDSHAKE:
         KL_COUNT(s->st.handshake_failed);
+        kl_mx_handshake_failed(s, KL_HS_FAIL_TIMEOUT, NULL);
         kl_conn_close_with(c, KL_LOG_INFO, "closed", "TLS handshake timed out");
         return;
     case KL_CONN_OPEN: {

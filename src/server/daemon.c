@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "server/daemon.h"
+#include "server/limits.h"
 
 /* Modes that print and exit before anything is loaded. */
 static bool print_mode(const kl_config *cfg, const char *version, int *rc)
@@ -77,6 +78,10 @@ int kl_daemon_main(int argc, char **argv, const char *version)
         kl_debug("configuration file %s", cfg->loaded_file);
     for (size_t i = 0; i < cfg->nwarnings; i++)
         kl_warn("%s", cfg->warnings[i]);
+    /* issue 10: no core dumps and enough descriptors, before any key is
+     * read into memory. */
+    kl_limits_process_setup(cfg->allow_core_dumps,
+                            (size_t)cfg->max_connections);
 
     if (cfg->check || cfg->keystore_debug || cfg->config_only ||
         cfg->manual_activation) {

@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/sdnotify.h"
+#include "server/daemon_ext.h"
 #include "server/daemon_reload.h"
 #include "server/watch.h"
 
@@ -23,6 +24,7 @@ struct kl_reloader {
     const kl_keystore *keys; /* serving (owned by the server) */
     kl_watcher *watch;
     unsigned count;
+    kl_daemon_ext *ext; /* router and metrics; NULL in tests */
 };
 
 kl_reloader *kl_reloader_new(kl_server *srv, kl_config *cfg, int argc,
@@ -51,6 +53,11 @@ void kl_reloader_free(kl_reloader *r)
     kl_watcher_free(r->watch);
     kl_config_free(r->cfg);
     free(r);
+}
+
+void kl_reloader_set_ext(kl_reloader *r, kl_daemon_ext *x)
+{
+    r->ext = x;
 }
 
 int kl_reloader_watch_fd(const kl_reloader *r)
@@ -119,12 +126,14 @@ void kl_reloader_run(kl_reloader *r, const char *why)
      * running configuration; keys and certificates are still re-read. */
     kl_config *cfg = kl_config_new();
     char err[1024];
+    bool ok = true; /* for keylessd_last_reload_successful */
     if (!cfg ||
         kl_config_load(cfg, r->argc, r->argv, NULL, err, sizeof err) != KL_OK) {
         kl_error("reload: %s; keeping the running configuration",
                  cfg ? err : "out of memory");
         kl_config_free(cfg);
         cfg = NULL;
+        ok = false;
     } else {
         for (size_t i = 0; i < cfg->nwarnings; i++)
             kl_warn("reload: %s", cfg->warnings[i]);
@@ -155,10 +164,12 @@ void kl_reloader_run(kl_reloader *r, const char *why)
     if (!tls)
         kl_error("reload: keeping the previous auth_cert, auth_key and CA "
                  "(problems above)");
+    ok = ok && tls && p.errors == 0;
     if (kl_server_swap(r->srv, ks, tls) != KL_OK) {
         kl_error("reload: out of memory; nothing changed");
         kl_keystore_free(ks);
         kl_tls_ctx_free(tls);
+        ok = false;
     } else {
         if (ks)
             r->keys = ks;
@@ -169,6 +180,11 @@ void kl_reloader_run(kl_reloader *r, const char *why)
                 (unsigned long long)kl_server_generation(r->srv));
     }
     kl_watcher_set(r->watch, cfg);
+    if (r->ext) {
+        /* issue 9: the routing table is re-read too (it is also polled) */
+        ok = kl_ext_reload_router(r->ext) && ok;
+        kl_ext_reloaded(r->ext, cfg, ok, kl_keystore_count(r->keys));
+    }
     if (kl_sd_notify("READY=1") != KL_OK)
         kl_debug("cannot tell systemd that the reload is done");
 }

@@ -16,6 +16,10 @@ typedef struct kl_reloader kl_reloader;
 kl_reloader *kl_reloader_new(kl_server *srv, kl_config *cfg, int argc,
                              char **argv, const kl_keystore *keys);
 void kl_reloader_free(kl_reloader *r);
+/* The router to re-read on reload and the metrics to tell the outcome
+ * (daemon_ext.h); not owned. */
+struct kl_daemon_ext;
+void kl_reloader_set_ext(kl_reloader *r, struct kl_daemon_ext *x);
 
 /* Re-reads the configuration (same flags, environment, file), warns about
  * options that need a restart, builds a new key store (a key that fails

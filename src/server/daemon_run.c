@@ -17,6 +17,8 @@
 #include "core/sdnotify.h"
 #include "core/time.h"
 #include "crypto/pool.h"
+#include "server/acl.h"
+#include "server/daemon_ext.h"
 #include "server/daemon_reload.h"
 #include "server/server.h"
 
@@ -54,8 +56,21 @@ static kl_server_delay *test_delays(const kl_config *cfg)
 }
 
 static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
-                               kl_tls_ctx *tls, kl_pool *pool)
+                               kl_tls_ctx *tls, kl_pool *pool,
+                               const kl_daemon_ext *x)
 {
+    /* issue 10: access lists, checked before anything listens */
+    kl_acl *acl = NULL;
+    if (cfg->access_file && *cfg->access_file) {
+        char aerr[512];
+        acl = kl_acl_load(cfg->access_file, aerr, sizeof aerr);
+        if (!acl) {
+            kl_error("access_file: %s; not starting", aerr);
+            return NULL;
+        }
+        kl_info("access lists: %zu rule(s) from %s", kl_acl_count(acl),
+                cfg->access_file);
+    }
     kl_server_delay *delays = test_delays(cfg);
     /* sign_timeout (the reference's) is the request deadline unless
      * max_queue_time says otherwise. */
@@ -76,12 +91,20 @@ static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
         .max_queue_time_ns = deadline,
         .test_delays = delays,
         .ntest_delays = delays ? cfg->ntest_delays : 0,
+        .max_connections = (uint32_t)cfg->max_connections,
+        .max_handshaking = (uint32_t)cfg->max_handshaking,
+        .max_output = (size_t)cfg->max_output_per_conn,
+        .acl = acl,
+        .router = x->router,   /* issue 9 */
+        .metrics = x->metrics, /* issue 11 */
     };
     char err[512];
     kl_server *srv = kl_server_new(&so, err, sizeof err);
     free(delays);
-    if (!srv)
+    if (!srv) {
         kl_error("%s", err);
+        kl_acl_free(acl);
+    }
     return srv;
 }
 
@@ -150,12 +173,15 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
         .workers = cfg->workers,
         .blocking_workers = (int)kl_keystore_token_sessions(ks),
     };
-    kl_pool *pool = sfd >= 0 ? kl_pool_new(&po) : NULL;
-    kl_server *srv = pool ? start_server(cfg, ks, tls, pool) : NULL;
+    kl_daemon_ext x;
+    bool ext_ok = kl_ext_start(&x, cfg);
+    kl_pool *pool = sfd >= 0 && ext_ok ? kl_pool_new(&po) : NULL;
+    kl_server *srv = pool ? start_server(cfg, ks, tls, pool, &x) : NULL;
     if (!srv) {
+        kl_ext_free(&x);
         if (sfd < 0)
             kl_error("signalfd: %s", strerror(errno));
-        else if (!pool)
+        else if (!pool && ext_ok)
             kl_error("cannot start the worker pool");
         kl_pool_free(pool);
         if (sfd >= 0)
@@ -183,12 +209,14 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
         kl_error("cannot start the shard threads");
         goto stop;
     }
+    kl_ext_serve(&x, cfg, pool, nkeys);
     r = kl_reloader_new(srv, cfg, argc, argv, ks);
     cfg = NULL; /* the reloader owns it */
     if (!r) {
         kl_error("out of memory");
         goto stop;
     }
+    kl_reloader_set_ext(r, &x);
     /* systemd Type=notify: keys are loaded and the port listens. */
     if (kl_sd_notify("READY=1") != KL_OK)
         kl_warn("cannot tell systemd that keylessd is ready (NOTIFY_SOCKET "
@@ -200,10 +228,12 @@ stop:
     close(sfd);
     if (kl_sd_notify("STOPPING=1") != KL_OK)
         kl_debug("cannot tell systemd that keylessd is stopping");
+    kl_ext_draining(&x);
     kl_server_shutdown(srv);
     kl_server_wait(srv);
-    /* The pool goes before the server: its last callbacks still hand jobs
-     * to the shards' completion queues. */
+    /* The router and the pool go before the server: their last callbacks
+     * still hand jobs to the shards' completion queues. */
+    kl_ext_stop(&x);
     kl_pool_free(pool);
     kl_server_stats st;
     kl_server_get_stats(srv, &st);
@@ -213,6 +243,7 @@ stop:
             (unsigned long long)st.errors, (unsigned long long)st.shed,
             (unsigned long long)st.handshake_failed);
     kl_server_free(srv);
+    kl_ext_free(&x);
     kl_reloader_free(r);
     kl_config_free(cfg);
     if (pid_file) {

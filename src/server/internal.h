@@ -21,6 +21,7 @@
 
 typedef struct kl_shard kl_shard;
 typedef struct kl_conn kl_conn;
+typedef struct kl_srv_rjob kl_srv_rjob;
 
 /* A key store or TLS context that a reload can replace (res.c). The server
  * holds one reference to the current one, each shard one to the one it
@@ -52,6 +53,8 @@ typedef struct kl_shard_stats {
     kl_counter accepted, handshakes, handshake_failed, health_checks, requests,
         responses, errors, shed, version_mismatch, stray_bytes, idle_closed,
         read_pauses;
+    /* issue 10: limits.c, acl.c */
+    kl_counter conn_refused, handshake_refused, acl_refused;
 } kl_shard_stats;
 
 typedef enum kl_conn_state {
@@ -81,10 +84,13 @@ struct kl_conn {
     size_t in_len, in_cap;
     kl_outbuf out;
     uint32_t inflight;
+    kl_srv_rjob *routed; /* forwarded requests in flight (routed.c) */
     uint64_t last_req_ns;
     kl_timer timer; /* handshake deadline, idle timeout or drain deadline */
     char addr[INET6_ADDRSTRLEN + 8];
-    char peer[96]; /* client certificate name, after the handshake */
+    char peer[96];      /* client certificate name, after the handshake */
+    uint64_t acl_rules; /* access-list rules naming this client (acl.c) */
+    _Atomic bool gone;  /* closed: its queued jobs are not run (pool.h) */
 };
 
 /* A crypto job as the server submits it: the pool's job first, then what
@@ -95,9 +101,21 @@ typedef struct kl_srv_job {
     kl_conn *conn;
     kl_pin *pin; /* the key store job.key lives in */
     uint32_t id;
+    /* metrics (issue 11): read, execution start (estimated, see
+     * metrics_glue.c) and end, monotonic ns; 0 when metrics are off */
+    uint64_t t0_ns, start_ns, done_ns;
     const char *request_id; /* NULL or points into data */
     uint8_t data[];
 } kl_srv_job;
+
+/* The completion queue carries crypto jobs (kl_srv_job) and forwarded
+ * requests (kl_srv_rjob, routed.c), both starting with a kl_job. A crypto
+ * job always has its key; a forwarded request has none (its key is
+ * elsewhere). */
+static inline bool kl_job_is_routed(const kl_job *j)
+{
+    return j->key == NULL;
+}
 
 struct kl_shard {
     kl_server *srv;
@@ -126,7 +144,10 @@ struct kl_shard {
     kl_pin *old_keys;       /* retired stores that jobs still use */
     kl_res *tls;            /* current TLS context */
     uint64_t log_window_ns; /* rate limit of warning lines (request.c) */
+    kl_metrics_local *mx;   /* this shard's metrics slot; NULL: off */
+    uint64_t busy_reported; /* loop busy time already recorded */
     uint32_t log_lines, log_suppressed;
+    uint64_t refusal_log_ns; /* rate limit of limits.c's warnings */
 };
 
 struct kl_server {
@@ -142,6 +163,9 @@ struct kl_server {
     pthread_mutex_t res_mu;
     kl_res *keys_res, *tls_res;
     _Atomic uint64_t gen;
+    /* issue 10 (limits.c): admitted connections, and those of them still
+     * in their handshake */
+    atomic_uint nconns, nhandshaking;
 };
 
 static inline const char *kl_conn_peer_label(const kl_conn *c)
@@ -170,6 +194,47 @@ bool kl_conn_done_draining(kl_conn *c);
 /* request.c */
 void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
                             const uint8_t *body, size_t len);
+/* Queues an error response (protocol P6), logged (rate-limited) with the
+ * request id and detail. */
+void kl_conn_answer_error(kl_conn *c, uint32_t id, uint8_t err,
+                          const char *request_id, const char *detail);
+
+/* metrics_glue.c (issue 11). Every call accepts s->mx == NULL. */
+/* keylessd_connections{state}: c moves to state `to`. */
+void kl_conn_set_state(kl_conn *c, kl_conn_state to);
+/* A request was read (t0: kl_now_ns() then, or 0 with metrics off). */
+void kl_mx_request_read(kl_shard *s, uint8_t opcode);
+/* A request got its answer (or was dropped with its connection): in
+ * flight - 1, and the exec and total histograms. */
+void kl_mx_request_done(kl_shard *s, uint8_t opcode, uint8_t err,
+                        uint64_t t0_ns, uint64_t exec_ns);
+/* The monotonic clock when metrics are on, else 0 (no clock read). */
+uint64_t kl_mx_now(const kl_shard *s);
+/* The pool's done callback when metrics are on: notes when the job ran,
+ * then kl_shard_job_done. */
+void kl_mx_job_done(kl_job *job);
+/* A crypto job came back: queue wait, exec and total time. */
+void kl_mx_job_complete(kl_shard *s, const kl_srv_job *j);
+/* A TLS handshake failed, with the text kl_tls_last_error gave. */
+void kl_mx_handshake_failed(kl_shard *s, int reason_or_neg,
+                            const char *tls_error);
+/* The shard's loop busy time since the last call (before sleeping). */
+void kl_mx_loop_turn(kl_shard *s);
+/* A client's certificate after its handshake: its expiry series. */
+void kl_mx_peer_cert(kl_conn *c);
+
+/* routed.c: requests for keys held elsewhere (issue 9, docs/ROUTING.md) */
+/* Forwards req through the server's router; answered later through the
+ * shard's completion queue. Counted in flight like a crypto job. */
+void kl_routed_submit(kl_conn *c, const kl_request *req,
+                      const kl_req_context *ctx, uint64_t t0_ns);
+/* On the shard: a forwarded request came back through the queue. */
+void kl_routed_complete(kl_shard *s, kl_job *j);
+/* After the shard stopped (kl_shard_destroy): frees it unanswered. */
+void kl_routed_discard(kl_job *j);
+/* The connection closed: nothing more is sent for its forwarded requests
+ * (each still comes back once, and is then freed). */
+void kl_routed_cancel_all(kl_conn *c);
 
 /* res.c */
 kl_res *kl_res_new(void *obj, void (*free_fn)(void *obj));

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/time.h"
 #include "crypto/ops.h"
+#include "server/acl.h"
 #include "server/dispatch.h"
 #include "server/internal.h"
 
@@ -74,16 +76,25 @@ static void answer_error(kl_conn *c, uint32_t id, uint8_t err,
     kl_shard_mark_dirty(s, c);
 }
 
+void kl_conn_answer_error(kl_conn *c, uint32_t id, uint8_t err,
+                          const char *request_id, const char *detail)
+{
+    answer_error(c, id, err, request_id, detail);
+}
+
 void kl_conn_complete(kl_conn *c, kl_srv_job *j)
 {
     kl_shard *s = c->shard;
     c->inflight--;
     atomic_fetch_sub(&s->srv->inflight, 1);
+    kl_mx_job_complete(s, j);
     if (c->state == KL_CONN_CLOSED)
         return; /* nobody to answer; the shard frees c when inflight is 0 */
     if (j->job.err != KL_ERR_NONE) {
-        if (j->job.err == KL_ERR_INTERNAL)
+        if (j->job.err == KL_ERR_INTERNAL) {
             KL_COUNT(s->st.shed); /* deadline passed before it ran */
+            kl_metrics_shed(s->mx, KL_SHED_DEADLINE);
+        }
         answer_error(c, j->id, j->job.err, j->request_id,
                      kl_op_name(j->job.opcode));
     } else if (kl_outbuf_response(&c->out, j->id, KL_OP_RESPONSE, j->job.out,
@@ -107,7 +118,7 @@ static uint64_t test_delay_us(const kl_server *srv, const uint8_t *ski)
 }
 
 static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
-                   const kl_req_context *ctx)
+                   const kl_req_context *ctx, uint64_t t0_ns)
 {
     kl_shard *s = c->shard;
     kl_server *srv = s->srv;
@@ -150,6 +161,25 @@ static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
     if (srv->o.ntest_delays)
         j->job.test_delay_us = test_delay_us(srv, req->ski);
     j->job.done = kl_shard_job_done;
+    j->job.abandoned = &c->gone; /* c lives until this job came back */
+    j->t0_ns = t0_ns;
+    j->start_ns = j->done_ns = 0;
+    if (s->mx)
+        j->job.done = kl_mx_job_done; /* notes when it ran (issue 11) */
+    /* issue 10, admission control (P6 shedding): a request that the queue
+     * ahead of it would keep past its deadline gets its error now, before
+     * it costs a queue slot and a worker's wake-up. */
+    if (deadline &&
+        now + kl_pool_wait_estimate(srv->o.pool, kl_crypto_cost_class(key)) >
+            deadline) {
+        kl_pin_put(s, j->pin);
+        free(j);
+        KL_COUNT(s->st.shed);
+        kl_metrics_shed(s->mx, KL_SHED_DEADLINE);
+        answer_error(c, id, KL_ERR_INTERNAL, rid,
+                     "would miss its deadline in the queue");
+        return;
+    }
 
     c->inflight++;
     atomic_fetch_add(&srv->inflight, 1);
@@ -160,15 +190,19 @@ static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
         kl_pin_put(s, j->pin);
         free(j);
         KL_COUNT(s->st.shed);
+        kl_metrics_shed(s->mx, KL_SHED_QUEUE_FULL);
         answer_error(c, id, KL_ERR_INTERNAL, rid, "work queue full");
     }
 }
 
-void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
-                            const uint8_t *body, size_t len)
+/* The P6 code of the answer given at once (KL_ERR_NONE for a pong), or
+ * DEFERRED when a job or the router answers later. *parsed: the request
+ * parsed (and was counted by opcode, *opcode). */
+#define DEFERRED (-1)
+static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
+                  size_t len, uint64_t t0_ns, bool *parsed, uint8_t *opcode)
 {
     kl_shard *s = c->shard;
-    KL_COUNT(s->st.requests);
     c->last_req_ns = kl_loop_now(s->loop);
     /* P2: versions are not checked; count and note the first. */
     if (hdr->major != KL_VERSION_MAJOR) {
@@ -182,8 +216,13 @@ void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
     }
     kl_request req;
     kl_status st = kl_request_parse(body, len, &req);
-    if (st == KL_OK)
+    *parsed = st == KL_OK;
+    *opcode = KL_OP_NONE;
+    if (st == KL_OK) {
         req.hdr = *hdr;
+        *opcode = req.opcode;
+        kl_mx_request_read(s, req.opcode); /* keyless_requests{opcode} */
+    }
     kl_req_context ctx, *pctx = NULL;
     if (st == KL_OK && req.stray_bytes)
         KL_COUNT(s->st.stray_bytes);
@@ -203,27 +242,61 @@ void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
     case KL_DISP_ERROR:
         answer_error(c, hdr->id, d.err, rid,
                      st != KL_OK ? kl_status_str(st) : kl_op_name(req.opcode));
-        return;
+        return d.err;
     case KL_DISP_PONG:
         if (kl_outbuf_response(&c->out, hdr->id, KL_OP_PONG, req.payload.ptr,
                                req.payload.len) != KL_OK) {
             answer_error(c, hdr->id, KL_ERR_INTERNAL, rid, "pong too large");
-            return;
+            return KL_ERR_INTERNAL;
         }
         KL_COUNT(s->st.responses);
         kl_shard_mark_dirty(s, c);
-        return;
+        return KL_ERR_NONE;
     case KL_DISP_KEY_OP: {
         kl_shard_sync(s); /* a reload may have replaced the store */
+        uint64_t tk = kl_mx_now(s);
         const kl_key *key = kl_keystore_find(kl_shard_keys(s), req.ski);
-        if (!key) {
-            char hex[2 * KL_SKI_LEN + 1];
-            kl_ski_hex(req.ski, hex);
-            answer_error(c, hdr->id, KL_ERR_KEY_NOT_FOUND, rid, hex);
-            return;
+        if (tk) /* keyless_key_load_duration: signing and decrypting ops */
+            kl_metrics_key_load_time(s->mx, kl_now_ns() - tk);
+        /* issue 9: a key held elsewhere is forwarded (routed.c) */
+        if (!key && s->srv->o.router &&
+            kl_router_has_key(s->srv->o.router, req.ski)) {
+            uint32_t before = c->inflight;
+            kl_routed_submit(c, &req, pctx, t0_ns);
+            return c->inflight > before ? DEFERRED : KL_ERR_INTERNAL;
         }
-        submit(c, &req, key, pctx);
-        return;
+        /* issue 10: a key the access lists refuse this client is answered
+         * as if it did not exist (acl.h); the log line says why. */
+        bool refused = key && !kl_acl_allows(s->srv->o.acl, c->acl_rules, key);
+        if (!key || refused) {
+            char hex[2 * KL_SKI_LEN + 1 + 40];
+            kl_ski_hex(req.ski, hex);
+            if (refused) {
+                KL_COUNT(s->st.acl_refused);
+                strcat(hex, ": refused by the access lists");
+            }
+            answer_error(c, hdr->id, KL_ERR_KEY_NOT_FOUND, rid, hex);
+            return KL_ERR_KEY_NOT_FOUND;
+        }
+        uint32_t before = c->inflight;
+        submit(c, &req, key, pctx, t0_ns);
+        /* not submitted: answered at once (shed, out of memory) */
+        return c->inflight > before ? DEFERRED : KL_ERR_INTERNAL;
     }
     }
+    return KL_ERR_INTERNAL;
+}
+
+void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
+                            const uint8_t *body, size_t len)
+{
+    kl_shard *s = c->shard;
+    KL_COUNT(s->st.requests);
+    uint64_t t0 = kl_mx_now(s); /* 0: metrics off */
+    bool parsed;
+    uint8_t opcode;
+    int err = handle(c, hdr, body, len, t0, &parsed, &opcode);
+    /* answered at once: exec = total (issue 11) */
+    if (err != DEFERRED && parsed)
+        kl_mx_request_done(s, opcode, (uint8_t)err, t0, UINT64_MAX);
 }

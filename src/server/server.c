@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "server/acl.h"
 #include "server/internal.h"
 
 #define SEC 1000000000ull
@@ -25,6 +26,10 @@ static void apply_defaults(kl_server_opts *o)
         o->idle_timeout_ns = 30 * SEC;
     if (!o->handshake_timeout_ns)
         o->handshake_timeout_ns = 10 * SEC;
+    if (!o->max_connections)
+        o->max_connections = 10000;
+    if (!o->max_handshaking)
+        o->max_handshaking = 1000;
     if (o->shards <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o->shards = n > 0 ? (int)n : 1;
@@ -108,12 +113,15 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
     atomic_init(&srv->inflight, 0);
     atomic_init(&srv->stopping, false);
     atomic_init(&srv->gen, 1);
+    atomic_init(&srv->nconns, 0);
+    atomic_init(&srv->nhandshaking, 0);
     pthread_mutex_init(&srv->res_mu, NULL);
     /* Not owned until success: on failure the caller frees them. */
     srv->keys_res = kl_res_new(o->keys, NULL);
     srv->tls_res = kl_res_new(o->tls, NULL);
     srv->o.keys = NULL;
     srv->o.tls = NULL;
+    srv->o.acl = NULL;
     srv->listen_address =
         strdup(o->listen_address ? o->listen_address : "0.0.0.0");
     srv->o.listen_address = srv->listen_address;
@@ -151,6 +159,7 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
     /* From here on the server owns the store and the context. */
     srv->keys_res->free_fn = kl_res_free_keystore;
     srv->tls_res->free_fn = kl_res_free_tls;
+    srv->o.acl = o->acl;
     return srv;
 }
 
@@ -206,6 +215,7 @@ void kl_server_free(kl_server *srv)
         kl_shard_destroy(&srv->shards[i]);
     kl_res_release(srv->keys_res);
     kl_res_release(srv->tls_res);
+    kl_acl_free(srv->o.acl);
     pthread_mutex_destroy(&srv->res_mu);
     free(srv->shards);
     free(srv->delays);
@@ -231,6 +241,9 @@ void kl_server_get_stats(const kl_server *srv, kl_server_stats *out)
         SUM(stray_bytes);
         SUM(idle_closed);
         SUM(read_pauses);
+        SUM(conn_refused);
+        SUM(handshake_refused);
+        SUM(acl_refused);
     }
 #undef SUM
 }

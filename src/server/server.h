@@ -22,6 +22,8 @@
 #include "core/status.h"
 #include "crypto/pool.h"
 #include "keys/keystore.h"
+#include "metrics/metrics.h"
+#include "router/router.h"
 #include "tls/tls.h"
 
 typedef struct kl_server kl_server;
@@ -49,6 +51,20 @@ typedef struct kl_server_opts {
     uint64_t max_queue_time_ns;     /* 0: no limit */
     const kl_server_delay *test_delays;
     size_t ntest_delays;
+    /* issue 10 (limits.c, acl.c, docs/SECURITY.md) */
+    uint32_t max_connections; /* 0: 10000; more are closed at accept */
+    uint32_t max_handshaking; /* 0: 1000 not yet authenticated */
+    struct kl_acl *acl;       /* access lists; NULL: none. Owned by the
+                                 server once kl_server_new succeeded */
+    /* Geo routing (issue 9): a request for a key the store does not hold
+     * is forwarded when the router's table has it. Not owned; it must
+     * outlive the shards' requests: free it after kl_server_wait and
+     * before kl_server_free (its last answers still go to the shards'
+     * completion queues). NULL: no routing. */
+    kl_router *router;
+    /* Metrics (issue 11): each shard records into a slot of its own. Not
+     * owned; freed after kl_server_free. NULL: none. */
+    kl_metrics *metrics;
 } kl_server_opts;
 
 /* Creates the shards and binds their listening sockets. On failure returns
@@ -87,7 +103,10 @@ typedef struct kl_server_stats {
     uint64_t version_mismatch; /* major version != 1, served anyway (P2) */
     uint64_t stray_bytes;      /* requests with 1-2 stray bytes (P3) */
     uint64_t idle_closed;
-    uint64_t read_pauses; /* times a connection stopped being read */
+    uint64_t read_pauses;       /* times a connection stopped being read */
+    uint64_t conn_refused;      /* closed at accept: max_connections */
+    uint64_t handshake_refused; /* closed at accept: max_handshaking */
+    uint64_t acl_refused;       /* requests refused by an access list */
 } kl_server_stats;
 
 void kl_server_get_stats(const kl_server *s, kl_server_stats *out);

@@ -138,6 +138,11 @@ static void on_wake(kl_loop *l, void *arg)
     kl_shard_sync(s);
     for (kl_job *j = take_done(s), *next; j; j = next) {
         next = j->next;
+        freed = true;
+        if (kl_job_is_routed(j)) {
+            kl_routed_complete(s, j);
+            continue;
+        }
         kl_srv_job *sj = (kl_srv_job *)j;
         kl_conn_complete(sj->conn, sj);
         kl_pin_put(s, sj->pin);
@@ -225,6 +230,7 @@ static bool before_sleep(kl_loop *l, void *arg)
             c->next->prev = c->prev;
         kl_conn_free(c);
     }
+    kl_mx_loop_turn(s); /* keylessd_loop_busy_seconds_total */
     if (s->draining && s->nlive == 0 && (!s->closed || s->drain_expired)) {
         kl_loop_stop(l);
         return false;
@@ -250,6 +256,8 @@ kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
         return KL_E_IO;
     }
     kl_loop_set_wake_fn(s->loop, on_wake, s);
+    if (srv->o.metrics) /* issue 11: written by this shard's thread only */
+        s->mx = kl_metrics_local_new(srv->o.metrics, index);
     kl_loop_set_before_sleep(s->loop, before_sleep, s);
     kl_shard_sync(s);
     if (!s->keys || !s->tls) {
@@ -284,6 +292,10 @@ void kl_shard_destroy(kl_shard *s)
      * left (only after the pool stopped: nothing refers to them now). */
     for (kl_job *j = take_done(s), *next; j; j = next) {
         next = j->next;
+        if (kl_job_is_routed(j)) {
+            kl_routed_discard(j);
+            continue;
+        }
         kl_srv_job *sj = (kl_srv_job *)j;
         sj->conn->inflight--;
         kl_pin_put(s, sj->pin);

@@ -406,6 +406,23 @@ const char *kl_tls_peer_name(const kl_tls_conn *c)
     return m->peer;
 }
 
+size_t kl_tls_peer_cert_der(const kl_tls_conn *c, unsigned char **der)
+{
+    *der = NULL;
+    X509 *x = SSL_get0_peer_certificate(c->ssl);
+    if (!x)
+        return 0;
+    unsigned char *buf = NULL;
+    int n = i2d_X509(x, &buf); /* allocates with OPENSSL_malloc */
+    if (n <= 0)
+        return 0;
+    *der = malloc((size_t)n);
+    if (*der)
+        memcpy(*der, buf, (size_t)n);
+    OPENSSL_free(buf);
+    return *der ? (size_t)n : 0;
+}
+
 const char *kl_tls_version(const kl_tls_conn *c)
 {
     return SSL_get_version(c->ssl);

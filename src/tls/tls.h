@@ -76,6 +76,10 @@ void kl_tls_shutdown(kl_tls_conn *c);
 const char *kl_tls_last_error(const kl_tls_conn *c);
 /* The peer certificate's subject CN (or "" when none). */
 const char *kl_tls_peer_name(const kl_tls_conn *c);
+/* The peer's (verified) certificate as DER, malloc'd into *der (free()
+ * it); 0 when there is none. For access lists (server/acl.c), which match
+ * subject, SANs and fingerprint without calling SSL_*. */
+size_t kl_tls_peer_cert_der(const kl_tls_conn *c, unsigned char **der);
 /* "TLSv1.2" / "TLSv1.3" and the cipher name, after the handshake. */
 const char *kl_tls_version(const kl_tls_conn *c);
 const char *kl_tls_cipher(const kl_tls_conn *c);

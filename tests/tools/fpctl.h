@@ -51,7 +51,8 @@ static inline void fp_sleep_ms(int ms)
 static inline void fp_write_file(const char *path, const char *text)
 {
     char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        fail_msg("faultproxy control path too long: %s", path);
     FILE *f = fopen(tmp, "w");
     if (!f)
         fail_msg("faultproxy control %s: %s", tmp, strerror(errno));

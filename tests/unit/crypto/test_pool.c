@@ -299,6 +299,43 @@ static void test_deadlines(void **state)
     kl_pool_free(p);
 }
 
+/* issue 10: a job whose client has gone is answered without running, and
+ * the wait estimate follows the measured cost of a class. */
+static void test_abandoned_and_estimate(void **state)
+{
+    (void)state;
+    kl_pool_opts o = {.workers = 2};
+    kl_pool *p = kl_pool_new(&o);
+    assert_int_equal(kl_pool_wait_estimate(p, KL_COST_SLOW), 0);
+    _Atomic bool gone = true, here = false;
+    tjob a, b;
+    reset_done();
+    make_job(&a, ct_key(ks, "ecdsa-p256"), 0x15, 32, 4);
+    a.job.abandoned = &gone;
+    a.job.test_delay_us = 2000000; /* would take 2 s if it ran */
+    memset(a.out, 0xAA, sizeof a.out);
+    make_job(&b, ct_key(ks, "rsa-2048"), 0x05, 32, 5);
+    b.job.abandoned = &here;
+    uint64_t t0 = kl_now_ns();
+    submit(p, &a);
+    submit(p, &b);
+    wait_done(2);
+    assert_true(kl_now_ns() - t0 < 1000000000ull);
+    uint8_t aa[sizeof a.out];
+    memset(aa, 0xAA, sizeof aa);
+    assert_int_equal(a.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(a.job.out_len, 0);
+    assert_memory_equal(a.out, aa, sizeof aa);
+    assert_int_equal(b.job.err, KL_ERR_NONE);
+    /* an RSA-2048 signature ran: the slow class now has a cost, the
+     * blocking class never does */
+    uint64_t est = kl_pool_wait_estimate(p, KL_COST_SLOW);
+    assert_true(est > 1000 && est < 1000000000ull);
+    assert_int_equal(kl_pool_wait_estimate(p, KL_COST_BLOCKING), 0);
+    assert_int_equal(kl_pool_wait_estimate(NULL, KL_COST_SLOW), 0);
+    kl_pool_free(p);
+}
+
 static void test_free_drains(void **state)
 {
     (void)state;
@@ -342,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_fast_class_isolated_from_slow),
         cmocka_unit_test(test_single_worker_alternates),
         cmocka_unit_test(test_deadlines),
+        cmocka_unit_test(test_abandoned_and_estimate),
         cmocka_unit_test(test_free_drains),
         cmocka_unit_test(test_bad_submissions),
     };

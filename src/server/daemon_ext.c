@@ -1,0 +1,243 @@
+/* The daemon's geo router and metrics endpoint (daemon_ext.h has the
+ * order). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "server/daemon_ext.h"
+
+#define MS 1000000u
+
+static int ms(uint64_t ns)
+{
+    uint64_t v = ns / MS;
+    return v > (uint64_t)INT32_MAX ? INT32_MAX : (int)v;
+}
+
+static const char *or_default(const char *v, const char *d)
+{
+    return v && *v ? v : d;
+}
+
+/* The router's options from the configuration: its identity toward the
+ * remotes defaults to the server's own (auth_cert, auth_key) and the
+ * remotes must chain to the CA that signs clients here. */
+static kl_router_opts router_opts(const kl_config *cfg)
+{
+    return (kl_router_opts){
+        .table_file = cfg->router_table,
+        .cert_file = or_default(cfg->router_cert, cfg->auth_cert),
+        .key_file = or_default(cfg->router_key, cfg->auth_key),
+        .ca_file = or_default(cfg->router_ca, cfg->cloudflare_ca_cert),
+        .server_name = or_default(cfg->router_server_name, NULL),
+        .default_deadline_ms = ms(cfg->router_default_deadline_ns),
+        .max_attempts = cfg->router_max_attempts,
+        .max_hops = cfg->router_max_hops,
+        .timeout_floor_ms = ms(cfg->router_timeout_floor_ns),
+        .timeout_ceiling_ms = ms(cfg->router_timeout_ceiling_ns),
+        .timeout_p99_factor = cfg->router_timeout_p99_factor,
+        .ping_interval_ms = ms(cfg->router_ping_interval_ns),
+        .ewma_weight_pct = cfg->router_ewma_weight,
+        .latency_tolerance_pct = cfg->router_latency_tolerance,
+        /* the router's 0 means its default; ours means "never poll" */
+        .reload_poll_ms =
+            cfg->router_reload_poll_ns ? ms(cfg->router_reload_poll_ns) : -1,
+        .dns_refresh_ms = ms(cfg->router_dns_refresh_ns),
+        .connect_timeout_ms = ms(cfg->router_connect_timeout_ns),
+        .conn_inflight_threshold = cfg->router_conn_inflight_threshold,
+        .max_conns_per_remote = cfg->router_max_conns_per_remote,
+        .max_inflight_per_conn = cfg->router_max_inflight_per_conn,
+        .max_fds = cfg->router_max_fds,
+        .max_inflight = cfg->router_max_inflight,
+    };
+}
+
+bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
+{
+    memset(x, 0, sizeof *x);
+    atomic_init(&x->listening, false);
+    atomic_init(&x->draining, false);
+    atomic_init(&x->keys, 0);
+    if (cfg->metrics_port > 0) {
+        x->metrics = kl_metrics_new();
+        if (!x->metrics)
+            kl_error("metrics: out of memory; serving without them");
+    }
+    if (!cfg->router_table || !*cfg->router_table)
+        return true;
+    kl_router_opts o = router_opts(cfg);
+    char err[1024];
+    if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
+        kl_error("router_table: %s; not starting", err);
+        x->router = NULL;
+        return false;
+    }
+    kl_info("geo routing: table %s, hop limit %d, %d attempts per request",
+            cfg->router_table, cfg->router_max_hops, cfg->router_max_attempts);
+    return true;
+}
+
+/* /ready (runs on the HTTP thread: atomics and the router's thread-safe
+ * calls only). */
+static bool ready(void *arg, char *reason, size_t len)
+{
+    kl_daemon_ext *x = arg;
+    if (atomic_load(&x->draining)) {
+        snprintf(reason, len, "draining");
+        return false;
+    }
+    if (!atomic_load(&x->listening)) {
+        snprintf(reason, len, "not listening yet");
+        return false;
+    }
+    /* A pure egress keylessd (routing only) holds no key and is ready. */
+    if (atomic_load(&x->keys) == 0 && !x->router) {
+        snprintf(reason, len, "keys not loaded");
+        return false;
+    }
+    if (x->router) {
+        kl_remote_stats st[64];
+        size_t n = kl_router_remote_stats(x->router, st, 64), up = 0;
+        for (size_t i = 0; i < n && i < 64; i++)
+            up += st[i].up && st[i].in_table;
+        if (n > 0 && up == 0) {
+            snprintf(reason, len,
+                     "no healthy route: none of the %zu remote "
+                     "key servers answers",
+                     n);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Sampled gauges, at the start of each scrape (HTTP thread). */
+static void on_scrape(kl_metrics *m, void *arg)
+{
+    kl_daemon_ext *x = arg;
+    _Static_assert(KL_METRICS_COST_CLASSES == KL_COST_CLASSES,
+                   "metrics and the pool agree on the cost classes");
+    if (x->pool)
+        for (int c = 0; c < KL_COST_CLASSES; c++)
+            kl_metrics_set_queue_depth(
+                m, c, kl_pool_queued(x->pool, (kl_cost_class)c));
+    kl_metrics_set_keys_loaded(m, atomic_load(&x->keys));
+}
+
+/* certificate_expiration_timestamp_seconds for the configured files: the
+ * server's own certificate, the client CA, the router's identity. */
+static void export_certs(kl_daemon_ext *x, const kl_config *cfg)
+{
+    for (size_t i = 0; i < 3; i++) {
+        if (x->cert_src[i])
+            kl_metrics_cert_expiry_forget(x->metrics, x->cert_src[i]);
+        free(x->cert_src[i]);
+        x->cert_src[i] = NULL;
+    }
+    const char *files[3] = {
+        cfg->auth_cert, cfg->cloudflare_ca_cert,
+        cfg->router_table && *cfg->router_table ? cfg->router_cert : NULL};
+    for (size_t i = 0; i < 3; i++) {
+        const char *f = files[i];
+        if (!f || !*f || (i == 2 && !strcmp(f, cfg->auth_cert)))
+            continue;
+        if (kl_metrics_cert_expiry_add_file(x->metrics, f) != KL_OK) {
+            kl_debug("metrics: no certificate expiry series for %s "
+                     "(unreadable or no certificate)",
+                     f);
+            continue;
+        }
+        x->cert_src[i] = strdup(f);
+    }
+}
+
+void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
+                  size_t nkeys)
+{
+    x->pool = pool;
+    atomic_store(&x->keys, nkeys);
+    atomic_store(&x->listening, true);
+    if (!x->metrics)
+        return;
+    kl_metrics_set_keys_loaded(x->metrics, nkeys);
+    export_certs(x, cfg);
+    kl_metrics_on_scrape(x->metrics, on_scrape, x);
+    const char *addr = or_default(cfg->metrics_address, cfg->listen_address);
+    char err[512];
+    x->http = kl_metrics_http_start(
+        x->metrics,
+        &(kl_metrics_http_opts){addr, (uint16_t)cfg->metrics_port, ready, x},
+        err, sizeof err);
+    if (!x->http) {
+        /* The reference logs this and goes on serving keys: a key server
+         * must not stay down for its metrics. */
+        kl_error("metrics: %s; serving keys without /metrics, /health and "
+                 "/ready (fix metrics_port or metrics_address, or set "
+                 "metrics_port: 0)",
+                 err);
+        return;
+    }
+    kl_info("metrics: http://%s%s%s:%u/metrics (and /health, /ready)",
+            strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "",
+            kl_metrics_http_port(x->http));
+}
+
+bool kl_ext_reload_router(kl_daemon_ext *x)
+{
+    if (!x->router)
+        return true;
+    char err[1024];
+    if (kl_router_reload(x->router, err, sizeof err) != KL_OK) {
+        kl_error("reload: router_table: %s; keeping the previous routes", err);
+        return false;
+    }
+    kl_router_stats st;
+    kl_router_get_stats(x->router, &st);
+    kl_info("reload: routing table re-read (generation %u)", st.generation);
+    return true;
+}
+
+void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
+                     size_t nkeys)
+{
+    atomic_store(&x->keys, nkeys);
+    if (!x->metrics)
+        return;
+    kl_metrics_set_keys_loaded(x->metrics, nkeys);
+    kl_metrics_reload_result(x->metrics, ok, time(NULL));
+    export_certs(x, cfg);
+}
+
+void kl_ext_draining(kl_daemon_ext *x)
+{
+    atomic_store(&x->draining, true);
+}
+
+void kl_ext_stop(kl_daemon_ext *x)
+{
+    kl_metrics_http_stop(x->http);
+    x->http = NULL;
+    x->pool = NULL;
+    if (x->router) {
+        kl_router_stats st;
+        kl_router_get_stats(x->router, &st);
+        kl_info("router: %llu forwarded, %llu answered, %llu without a "
+                "route, %llu past the hop limit, %llu cancelled",
+                (unsigned long long)st.routed, (unsigned long long)st.answered,
+                (unsigned long long)st.no_route,
+                (unsigned long long)st.hop_limit,
+                (unsigned long long)st.cancelled);
+        kl_router_free(x->router);
+        x->router = NULL;
+    }
+}
+
+void kl_ext_free(kl_daemon_ext *x)
+{
+    kl_ext_stop(x);
+    for (size_t i = 0; i < 3; i++)
+        free(x->cert_src[i]);
+    kl_metrics_free(x->metrics);
+    memset(x, 0, sizeof *x);
+}

@@ -1,0 +1,59 @@
+/* Private to the daemon: its optional parts beside the serving core - the
+ * geo router (issue 9, docs/ROUTING.md) and the metrics endpoint with
+ * /health and /ready (issue 11, docs/METRICS.md). Kept apart from
+ * daemon_run.c so that each can be read (and changed) on its own.
+ *
+ * Order (daemon_run.c):
+ *   kl_ext_start (metrics object, router: before the server, which takes
+ *   both) -> kl_server_new -> kl_server_start -> kl_ext_serve (HTTP
+ *   endpoint, certificate series) -> ... -> kl_ext_draining (/ready says
+ *   503) -> kl_server_shutdown + kl_server_wait -> kl_ext_stop (HTTP
+ *   endpoint, then the router: its last answers go to the shards' queues)
+ *   -> kl_pool_free -> kl_server_free -> kl_ext_free (metrics). */
+#ifndef KL_SERVER_DAEMON_EXT_H
+#define KL_SERVER_DAEMON_EXT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "config/config.h"
+#include "crypto/pool.h"
+#include "metrics/metrics.h"
+#include "router/router.h"
+#include "server/server.h"
+
+typedef struct kl_daemon_ext {
+    kl_router *router;     /* NULL: router_table unset */
+    kl_metrics *metrics;   /* NULL: metrics_port 0 */
+    kl_metrics_http *http; /* NULL: not serving (off, or the bind failed) */
+    kl_pool *pool;         /* for the queue depths at scrape */
+    atomic_bool listening, draining;
+    _Atomic uint64_t keys; /* keys loaded, for /ready */
+    /* the certificate files exported as certificate_expiration_* */
+    char *cert_src[3];
+} kl_daemon_ext;
+
+/* Creates the metrics object (metrics_port set) and the router
+ * (router_table set). false when the router cannot start (the reason is
+ * logged): keylessd then does not start. */
+bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg);
+/* The server listens and its shards run: the HTTP endpoint (a bind
+ * failure is logged and keylessd serves anyway, as the reference does),
+ * the configured certificates' expiry series, the keys gauge. */
+void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
+                  size_t nkeys);
+/* A reload ran: re-reads the routing table (SIGHUP) and records the
+ * outcome. ok: the configuration, certificates and keys were taken
+ * without a problem. Returns false when the routing table was refused. */
+bool kl_ext_reload_router(kl_daemon_ext *x);
+void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
+                     size_t nkeys);
+/* SIGTERM: /ready answers 503 "draining" from now on. */
+void kl_ext_draining(kl_daemon_ext *x);
+/* After kl_server_wait: stops the HTTP endpoint, then the router (which
+ * answers what it still has through the shards' completion queues). */
+void kl_ext_stop(kl_daemon_ext *x);
+/* After kl_server_free. */
+void kl_ext_free(kl_daemon_ext *x);
+
+#endif

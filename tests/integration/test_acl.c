@@ -1,0 +1,253 @@
+/* Issue 10, authorisation beyond mutual TLS: access lists (server/acl.h,
+ * docs/SECURITY.md). Clients matched by subject CN, by SAN and by SHA-256
+ * fingerprint; keys by directory and by SKI. An allowed request is served;
+ * a refused one is answered `key not found` and logged with the client's
+ * name; a client that no rule lists may use no key (pings still work). A
+ * broken access file stops the start with a message naming it. */
+#include "test_abuse_common.h"
+
+#include <sys/stat.h>
+
+static td_daemon d;
+static char *dir, *dir_a, *dir_b, *certs;
+static uint8_t ski_p256[20], ski_p384[20], ski_rsa[20];
+static char acl_path[1024];
+
+static void load_ski(const char *name, uint8_t ski[20])
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "pubkeys/%s.pem", name);
+    EVP_PKEY *pk = tp_load_pub(tp_path(rel));
+    tp_ski(pk, ski);
+    EVP_PKEY_free(pk);
+}
+
+/* A client certificate from the test CA: CN name, optional SAN. */
+static void make_client(const char *name, const char *san)
+{
+    char script[4096];
+    snprintf(script, sizeof script,
+             "set -e; cd '%s'; umask 077;"
+             "printf 'basicConstraints=critical,CA:FALSE\\n"
+             "keyUsage=critical,digitalSignature\\n"
+             "extendedKeyUsage=clientAuth\\n%s%s\\n' > %s.ext;"
+             "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+             "-nodes -keyout %s.key -subj '/O=keylessd test/CN=%s' "
+             "2>/dev/null | openssl x509 -req -CA '%s' -CAkey '%s' "
+             "-CAcreateserial -days 30 -extfile %s.ext -out %s.crt "
+             "2>/dev/null",
+             certs, san ? "subjectAltName=" : "", san ? san : "", name, name,
+             name, tp_path("ca.crt"), tp_path("ca.key"), name, name);
+    char *out = NULL;
+    int st =
+        td_run((const char *[]){"/bin/sh", "-c", script, NULL}, &out, 20000);
+    if (st != 0)
+        fail_msg("making the %s certificate failed: %s", name, out);
+    free(out);
+}
+
+/* SHA-256 of a certificate as XX:XX:... (openssl's form). */
+static void fingerprint(const char *name, char *out, size_t cap)
+{
+    char crt[1100], *text = NULL;
+    snprintf(crt, sizeof crt, "%s/%s.crt", certs, name);
+    assert_int_equal(
+        td_run((const char *[]){"/usr/bin/env", "openssl", "x509", "-in", crt,
+                                "-noout", "-fingerprint", "-sha256", NULL},
+               &text, 10000),
+        0);
+    const char *eq = strchr(text, '=');
+    assert_non_null(eq);
+    snprintf(out, cap, "%s", eq + 1);
+    out[strcspn(out, "\r\n")] = 0;
+    free(text);
+}
+
+static int setup(void **state)
+{
+    static char flag[1100];
+    static const char *extra[2];
+    dir = tp_tempdir("acl");
+    char path[1100];
+    snprintf(path, sizeof path, "%s/a", dir);
+    dir_a = strdup(path);
+    snprintf(path, sizeof path, "%s/b", dir);
+    dir_b = strdup(path);
+    snprintf(path, sizeof path, "%s/certs", dir);
+    certs = strdup(path);
+    assert_int_equal(mkdir(dir_a, 0700), 0);
+    assert_int_equal(mkdir(dir_b, 0700), 0);
+    assert_int_equal(mkdir(certs, 0700), 0);
+    tp_copy_key(dir_a, tp_path("keys/ecdsa-p256.key"));
+    tp_copy_key(dir_b, tp_path("keys/ecdsa-p384.key"));
+    tp_copy_key(dir_b, tp_path("keys/rsa-2048.key"));
+    load_ski("ecdsa-p256", ski_p256);
+    load_ski("ecdsa-p384", ski_p384);
+    load_ski("rsa-2048", ski_rsa);
+    make_client("edge-1", NULL);
+    make_client("edge-2", "DNS:edge-2.example.com,IP:192.0.2.7");
+    make_client("edge-3", NULL);
+    char fp3[160];
+    fingerprint("edge-3", fp3, sizeof fp3);
+
+    snprintf(acl_path, sizeof acl_path, "%s/access.yaml", dir);
+    FILE *f = fopen(acl_path, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "# rule 0: edge-1 by name, every key of directory a\n"
+            "- clients: [cn:edge-1]\n"
+            "  keys: [dir:%s]\n"
+            "# rule 1: edge-2 by SAN, edge-3 by fingerprint: the P-384 key\n"
+            "- clients: [san:edge-2.example.com, \"fp:%s\"]\n"
+            "  keys: [ski:%s]\n",
+            dir_a, fp3, tp_ski_hex(ski_p384));
+    fclose(f);
+    snprintf(flag, sizeof flag, "--access-file=%s", acl_path);
+    extra[0] = flag;
+    char dirs[2300];
+    snprintf(dirs, sizeof dirs, "%s,%s", dir_a, dir_b);
+    td_opts o = {.name = "acl", .key_dirs = dirs, .extra = extra};
+    td_start(&d, &o);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    int st = td_stop(&d, 0);
+    free(dir_a);
+    free(dir_b);
+    free(certs);
+    tp_rmtree(dir);
+    return st == 0 ? 0 : -1;
+}
+
+static kl_client *connect_as(const char *name)
+{
+    char crt[1100], key[1100];
+    kl_client_opts o = td_client_opts(&d);
+    if (name) {
+        snprintf(crt, sizeof crt, "%s/%s.crt", certs, name);
+        snprintf(key, sizeof key, "%s/%s.key", certs, name);
+        o.cert_file = crt;
+        o.key_file = key;
+    }
+    kl_client *c = NULL;
+    char err[256];
+    if (kl_client_connect(&o, &c, err, sizeof err) != KL_OK)
+        fail_msg("connect as %s: %s", name ? name : "client", err);
+    return c;
+}
+
+/* KL_ERR_NONE when signed, else the error code. */
+static uint8_t sign(kl_client *c, const uint8_t ski[20], uint8_t op)
+{
+    kl_request_spec s = {.opcode = op,
+                         .payload = ha_digest,
+                         .payload_len = sizeof ha_digest,
+                         .ski = ski};
+    kl_client_result r;
+    td_call(&d, c, &s, &r);
+    uint8_t e = r.opcode == KL_OP_RESPONSE ? KL_ERR_NONE : r.error;
+    assert_true(r.opcode == KL_OP_RESPONSE || r.opcode == KL_OP_ERROR);
+    kl_client_result_free(&r);
+    return e;
+}
+
+#define EC KL_OP_ECDSA_SIGN_SHA256
+#define RSA KL_OP_RSA_SIGN_SHA256
+
+static void test_allowed_by_cn_and_dir(void **state)
+{
+    kl_client *c = connect_as("edge-1");
+    assert_int_equal(sign(c, ski_p256, EC), KL_ERR_NONE);
+    assert_int_equal(sign(c, ski_p384, EC), KL_ERR_KEY_NOT_FOUND);
+    assert_int_equal(sign(c, ski_rsa, RSA), KL_ERR_KEY_NOT_FOUND);
+    kl_client_close(c);
+}
+
+static void test_allowed_by_san_and_fingerprint(void **state)
+{
+    const char *who[] = {"edge-2", "edge-3"};
+    for (int i = 0; i < 2; i++) {
+        kl_client *c = connect_as(who[i]);
+        assert_int_equal(sign(c, ski_p384, EC), KL_ERR_NONE);
+        assert_int_equal(sign(c, ski_p256, EC), KL_ERR_KEY_NOT_FOUND);
+        assert_int_equal(sign(c, ski_rsa, RSA), KL_ERR_KEY_NOT_FOUND);
+        kl_client_close(c);
+    }
+}
+
+/* The test PKI's usual client is in no rule: no key, but pings work. */
+static void test_unlisted_client(void **state)
+{
+    kl_client *c = connect_as(NULL);
+    td_expect_ping(&d, c);
+    assert_int_equal(sign(c, ski_p256, EC), KL_ERR_KEY_NOT_FOUND);
+    assert_int_equal(sign(c, ski_p384, EC), KL_ERR_KEY_NOT_FOUND);
+    assert_int_equal(sign(c, ski_rsa, RSA), KL_ERR_KEY_NOT_FOUND);
+    kl_client_close(c);
+}
+
+/* Refusals are logged with the client's name and the reason; an SKI that
+ * no key has is not called a refusal. */
+static void test_refusals_logged(void **state)
+{
+    static const uint8_t nokey[20] = {0xde, 0xad};
+    kl_client *c = connect_as("edge-1");
+    assert_int_equal(sign(c, nokey, EC), KL_ERR_KEY_NOT_FOUND);
+    kl_client_close(c);
+    ha_sleep_ms(100);
+    char *log = td_read_log(&d);
+    char want[256];
+    snprintf(want, sizeof want, "(client edge-1)");
+    const char *line = strstr(log, "refused by the access lists");
+    assert_non_null(line);
+    assert_non_null(strstr(log, want));
+    assert_non_null(strstr(log, "(client keyless dev client)"));
+    /* the unknown SKI's line has no refusal reason */
+    const char *unk = strstr(log, "dead000000");
+    assert_non_null(unk);
+    const char *eol = strchr(unk, '\n');
+    assert_true(eol && (size_t)(eol - unk) < 200);
+    assert_null(memmem(unk, (size_t)(eol - unk), "refused", 7));
+    assert_non_null(strstr(log, "access lists: 2 rule(s)"));
+    free(log);
+}
+
+/* A broken access file: keylessd does not start, and says why. */
+static void test_bad_access_file(void **state)
+{
+    char bad[1100], flag[1200], bin[1100];
+    snprintf(bad, sizeof bad, "%s/bad.yaml", dir);
+    FILE *f = fopen(bad, "w");
+    assert_non_null(f);
+    fprintf(f, "- clients: [cn:x]\n  keys: [ski:1234]\n");
+    fclose(f);
+    snprintf(flag, sizeof flag, "--access-file=%s", bad);
+    snprintf(bin, sizeof bin, "%s/keylessd", tu_bin_dir());
+    char a_cert[1200], a_key[1200], a_ca[1200];
+    snprintf(a_cert, sizeof a_cert, "--auth-cert=%s", tp_path("server.crt"));
+    snprintf(a_key, sizeof a_key, "--auth-key=%s", tp_path("server.key"));
+    snprintf(a_ca, sizeof a_ca, "--cloudflare-ca-cert=%s", tp_path("ca.crt"));
+    char *out = NULL;
+    int st = td_run((const char *[]){bin, a_cert, a_key, a_ca, "--port=1",
+                                     "--listen-address=127.0.0.1", flag, NULL},
+                    &out, 10000);
+    print_message("bad access file: exit %d: %s", st, out);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(out, "bad.yaml:2"));
+    assert_non_null(strstr(out, "ski:HEX"));
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_allowed_by_cn_and_dir),
+        cmocka_unit_test(test_allowed_by_san_and_fingerprint),
+        cmocka_unit_test(test_unlisted_client),
+        cmocka_unit_test(test_refusals_logged),
+        cmocka_unit_test(test_bad_access_file),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

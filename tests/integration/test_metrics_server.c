@@ -1,0 +1,409 @@
+/* keylessd's metrics endpoint (issue 11, docs/METRICS.md), scraped from a
+ * running daemon after real requests:
+ * - the reference's series with exact counts: keyless_requests by opcode,
+ *   the exec and total histograms by type and error, the key-load
+ *   histogram, certificate_expiration_timestamp_seconds of auth_cert equal
+ *   to its notAfter, the process series;
+ * - keylessd's own: requests in flight, connections by state, keys loaded,
+ *   queue wait per class, loop busy time per shard;
+ * - keyless_failed_connection counts a transport failure on an
+ *   established connection (garbage instead of a TLS record), not a
+ *   refused certificate - that one is keylessd_tls_handshake_failures_total
+ *   {reason="certificate"} (as in the reference, whose documentation lists
+ *   handshake failures as not counted);
+ * - /health and /ready, which answers 503 "draining" while the server
+ *   drains at SIGTERM, and 503 while no route of a routing table is up. */
+#include "test_router_server_common.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+static char *keydir;
+static uint8_t ski[20];
+
+static uint16_t free_tcp_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* GET over HTTP/1.0; returns the status, *body the body (malloc'd). */
+static int http_get(uint16_t port, const char *path, char **body)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        fail_msg("connect to the metrics port %u: %s", port, strerror(errno));
+    char req[256];
+    int n = snprintf(req, sizeof req,
+                     "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    assert_int_equal(write(fd, req, (size_t)n), n);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 4096 > cap)
+            buf = realloc(buf, cap *= 2);
+        ssize_t r = read(fd, buf + len, cap - len - 1);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    close(fd);
+    buf[len] = 0;
+    int status = 0;
+    assert_int_equal(sscanf(buf, "HTTP/1.%*d %d", &status), 1);
+    char *b = strstr(buf, "\r\n\r\n");
+    *body = strdup(b ? b + 4 : "");
+    free(buf);
+    return status;
+}
+
+static char *scrape(uint16_t port)
+{
+    char *body;
+    assert_int_equal(http_get(port, "/metrics", &body), 200);
+    return body;
+}
+
+/* The value of the series written exactly as `series` (name and labels);
+ * NAN when absent. */
+static double metric(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p)
+        if (!strncmp(p, series, n) && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    return NAN;
+}
+
+/* The value of the first series starting with prefix and containing
+ * needle; NAN when none. */
+static double metric_with(const char *text, const char *prefix,
+                          const char *needle)
+{
+    for (const char *p = text; p && *p;
+         p = strchr(p, '\n'), p = p ? p + 1 : p) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char line[2048];
+        if (len >= sizeof line || strncmp(p, prefix, strlen(prefix)))
+            continue;
+        memcpy(line, p, len);
+        line[len] = 0;
+        if (!strstr(line, needle))
+            continue;
+        char *sp = strrchr(line, ' ');
+        return sp ? strtod(sp + 1, NULL) : NAN;
+    }
+    return NAN;
+}
+
+static void expect_metric(const char *text, const char *series, double want)
+{
+    double got = metric(text, series);
+    if (got != want) {
+        fprintf(stderr, "%s\n", text);
+        fail_msg("%s: %g, expected %g", series, got, want);
+    }
+}
+
+static void start_with_metrics(td_daemon *d, const char *name, uint16_t *mport,
+                               const char *const *more)
+{
+    static char a_port[64];
+    *mport = free_tcp_port();
+    snprintf(a_port, sizeof a_port, "--metrics-port=%u", *mport);
+    const char *flags[16] = {"--metrics-address=127.0.0.1"};
+    size_t n = 1;
+    for (size_t i = 0; more && more[i] && n < 14; i++)
+        flags[n++] = more[i];
+    flags[n++] = a_port; /* after rs_start's --metrics-port=0: wins */
+    flags[n] = NULL;
+    rs_start(d, name, keydir, NULL, flags);
+    rs_wait_log(d, "metrics: http://127.0.0.1:", 1, 5000);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    keydir = rs_keydir("metrics-keys", "ecdsa-p256", ski);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tp_rmtree(keydir);
+    return 0;
+}
+
+static int64_t not_after(const char *pem)
+{
+    FILE *f = fopen(pem, "r");
+    assert_non_null(f);
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    assert_non_null(x);
+    struct tm tm;
+    assert_int_equal(ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm), 1);
+    X509_free(x);
+    return (int64_t)timegm(&tm);
+}
+
+static void test_scrape_after_requests(void **state)
+{
+    (void)state;
+    td_daemon d;
+    uint16_t mp;
+    start_with_metrics(&d, "metrics-scrape", &mp, NULL);
+    kl_client *c = td_connect(&d);
+    kl_request_spec s = rs_sign_spec(ski);
+    for (int i = 0; i < 10; i++) {
+        kl_client_result r;
+        td_call(&d, c, &s, &r);
+        assert_int_equal(r.opcode, KL_OP_RESPONSE);
+        kl_client_result_free(&r);
+    }
+    for (int i = 0; i < 3; i++)
+        td_expect_ping(&d, c);
+    uint8_t none[20];
+    memset(none, 0x77, sizeof none);
+    kl_request_spec bad = rs_sign_spec(none);
+    td_expect_error(&d, c, &bad, KL_ERR_KEY_NOT_FOUND);
+    td_expect_error(&d, c, &bad, KL_ERR_KEY_NOT_FOUND);
+
+    char *m = scrape(mp);
+    /* the reference's series */
+    expect_metric(m, "keyless_requests{opcode=\"OpECDSASignSHA256\"}", 12);
+    expect_metric(m, "keyless_requests{opcode=\"OpPing\"}", 3);
+    expect_metric(m,
+                  "keyless_request_exec_duration_per_opcode_count{error=\"no "
+                  "error\",type=\"ecdsa\"}",
+                  10);
+    expect_metric(m,
+                  "keyless_request_total_duration_per_opcode_count{error=\"no "
+                  "error\",type=\"ecdsa\"}",
+                  10);
+    expect_metric(m,
+                  "keyless_request_total_duration_per_opcode_bucket{error=\"no "
+                  "error\",type=\"ecdsa\",le=\"+Inf\"}",
+                  10);
+    expect_metric(m,
+                  "keyless_request_exec_duration_per_opcode_count{error=\"key "
+                  "not found due to no matching SKI/SNI/ServerIP\",type="
+                  "\"ecdsa\"}",
+                  2);
+    expect_metric(m,
+                  "keyless_request_exec_duration_per_opcode_count{error=\"no "
+                  "error\",type=\"other\"}",
+                  3);
+    expect_metric(m, "keyless_key_load_duration_count", 12);
+    expect_metric(m, "keyless_failed_connection", 0);
+    /* the auth certificate's expiry, as its notAfter */
+    char src[1200];
+    snprintf(src, sizeof src, "source=\"%s\"", tp_path("server.crt"));
+    double exp =
+        metric_with(m, "certificate_expiration_timestamp_seconds{", src);
+    assert_true(exp == (double)not_after(tp_path("server.crt")));
+    snprintf(src, sizeof src, "source=\"%s\"", tp_path("ca.crt"));
+    assert_false(isnan(
+        metric_with(m, "certificate_expiration_timestamp_seconds{", src)));
+    /* the client's certificate, seen on the accepted connection */
+    snprintf(src, sizeof src, "source=\"listener: 127.0.0.1:%u\"", d.port);
+    exp = metric_with(m, "certificate_expiration_timestamp_seconds{", src);
+    assert_true(exp == (double)not_after(tp_path("client.crt")));
+    assert_true(metric(m, "process_open_fds") > 5);
+    assert_true(metric(m, "process_resident_memory_bytes") > 1e6);
+    assert_false(isnan(metric(m, "process_cpu_seconds_total")));
+    /* keylessd's own */
+    expect_metric(m, "keylessd_requests_in_flight", 0);
+    expect_metric(m, "keylessd_connections{state=\"open\"}", 1);
+    expect_metric(m, "keylessd_keys_loaded", 1);
+    expect_metric(m, "keylessd_queue_depth{class=\"fast\"}", 0);
+    expect_metric(m, "keylessd_queue_wait_seconds_count{class=\"fast\"}", 10);
+    double busy = metric(m, "keylessd_loop_busy_seconds_total{shard=\"0\"}") +
+                  metric(m, "keylessd_loop_busy_seconds_total{shard=\"1\"}");
+    assert_true(busy > 0 && busy < 60);
+    free(m);
+
+    kl_client_close(c);
+    fp_sleep_ms(100);
+    m = scrape(mp);
+    expect_metric(m, "keylessd_connections{state=\"open\"}", 0);
+    free(m);
+    assert_int_equal(td_stop(&d, 0), 0);
+}
+
+static void test_failed_connection_and_refused_client(void **state)
+{
+    (void)state;
+    td_daemon d;
+    uint16_t mp;
+    start_with_metrics(&d, "metrics-fail", &mp, NULL);
+
+    /* a client whose certificate another CA signed: refused in the
+     * handshake */
+    kl_client_opts o = td_client_opts(&d);
+    o.cert_file = tp_path("client-other-ca.crt");
+    o.key_file = tp_path("client-other-ca.key");
+    kl_client *c = NULL;
+    char err[512];
+    kl_status st = kl_client_connect(&o, &c, err, sizeof err);
+    if (st == KL_OK) {
+        /* TLS 1.3: the refusal arrives with the first read */
+        kl_request_spec s = rs_sign_spec(ski);
+        kl_client_result r;
+        st = kl_client_call(c, &s, 2000, &r);
+        assert_int_not_equal(st, KL_OK);
+        kl_client_close(c);
+    }
+    fp_sleep_ms(100);
+    char *m = scrape(mp);
+    expect_metric(m,
+                  "keylessd_tls_handshake_failures_total{reason="
+                  "\"certificate\"}",
+                  1);
+    expect_metric(m, "keyless_failed_connection", 0);
+    free(m);
+
+    /* an established connection that breaks: bytes that are no TLS
+     * record, written past the TLS layer */
+    c = td_connect(&d);
+    td_expect_ping(&d, c);
+    static const char junk[64] = "this is not a TLS record at all";
+    assert_int_equal(write(kl_client_fd(c), junk, sizeof junk), sizeof junk);
+    fp_sleep_ms(200);
+    kl_client_close(c);
+    m = scrape(mp);
+    expect_metric(m, "keyless_failed_connection", 1);
+    free(m);
+    assert_int_equal(td_stop(&d, 0), 0);
+}
+
+/* keylessd_requests_shed_total{reason="deadline"}: a request whose
+ * deadline (P9 deadline_ms) cannot be met is answered `internal error`
+ * without running. */
+static void test_shed_by_reason(void **state)
+{
+    (void)state;
+    char delay[128];
+    snprintf(delay, sizeof delay, "--test-delay=%s:300", tp_ski_hex(ski));
+    const char *more[] = {delay, NULL};
+    td_daemon d;
+    uint16_t mp;
+    start_with_metrics(&d, "metrics-shed", &mp, more);
+    kl_client *c = td_connect(&d);
+    kl_request_spec s = rs_sign_spec(ski);
+    s.req_context = "{\"deadline_ms\":100}";
+    for (int i = 0; i < 3; i++)
+        td_expect_error(&d, c, &s, KL_ERR_INTERNAL);
+    char *m = scrape(mp);
+    expect_metric(m, "keylessd_requests_shed_total{reason=\"deadline\"}", 3);
+    expect_metric(m,
+                  "keyless_request_total_duration_per_opcode_count{error="
+                  "\"internal error\",type=\"ecdsa\"}",
+                  3);
+    expect_metric(m, "keylessd_requests_in_flight", 0);
+    free(m);
+    kl_client_close(c);
+    assert_int_equal(td_stop(&d, 0), 0);
+}
+
+static void test_health_and_ready(void **state)
+{
+    (void)state;
+    /* every request on the key waits 1.5 s: something to drain */
+    char delay[128];
+    snprintf(delay, sizeof delay, "--test-delay=%s:1500", tp_ski_hex(ski));
+    const char *more[] = {delay, "--drain-timeout=5s", NULL};
+    td_daemon d;
+    uint16_t mp;
+    start_with_metrics(&d, "metrics-ready", &mp, more);
+    char *body;
+    assert_int_equal(http_get(mp, "/health", &body), 200);
+    assert_string_equal(body, "ok\n");
+    free(body);
+    assert_int_equal(http_get(mp, "/ready", &body), 200);
+    assert_string_equal(body, "ready\n");
+    free(body);
+
+    kl_client *c = td_connect(&d);
+    kl_request_spec s = rs_sign_spec(ski);
+    uint32_t id;
+    assert_int_equal(kl_client_send(c, &s, &id), KL_OK);
+    assert_int_equal(kl_client_flush(c, 2000), KL_OK);
+    fp_sleep_ms(100);
+    td_signal(&d, SIGTERM);
+    fp_sleep_ms(200);
+    int status = http_get(mp, "/ready", &body);
+    fprintf(stderr, "while draining: /ready %d %s", status, body);
+    assert_int_equal(status, 503);
+    assert_non_null(strstr(body, "draining"));
+    free(body);
+    assert_int_equal(http_get(mp, "/health", &body), 200);
+    free(body);
+    /* the request in flight is still answered */
+    kl_client_result r;
+    assert_int_equal(kl_client_recv(c, 5000, &r), KL_OK);
+    assert_int_equal(r.opcode, KL_OP_RESPONSE);
+    kl_client_result_free(&r);
+    kl_client_close(c);
+    assert_int_equal(td_wait(&d, 10000), 0);
+}
+
+static void test_ready_needs_a_route(void **state)
+{
+    (void)state;
+    /* a routing table whose only remote is a closed port */
+    char *dir = tp_tempdir("metrics-route");
+    char table[1100], text[512];
+    snprintf(table, sizeof table, "%s/routes.yaml", dir);
+    uint8_t far[20];
+    memset(far, 0x31, sizeof far);
+    snprintf(text, sizeof text,
+             "servers:\n  - {name: gone, address: \"127.0.0.1:%u\", region: "
+             "eu, serves: [%s]}\n",
+             free_tcp_port(), tp_ski_hex(far));
+    fp_write_file(table, text);
+    static char a_table[1200];
+    snprintf(a_table, sizeof a_table, "--router-table=%s", table);
+    const char *more[] = {a_table, "--router-ping-interval=100ms", NULL};
+    td_daemon d;
+    uint16_t mp;
+    start_with_metrics(&d, "metrics-route", &mp, more);
+    rs_wait_log(&d, "router: remote gone is down", 1, 5000);
+    char *body;
+    int status = http_get(mp, "/ready", &body);
+    fprintf(stderr, "no route up: /ready %d %s", status, body);
+    assert_int_equal(status, 503);
+    assert_non_null(strstr(body, "no healthy route"));
+    free(body);
+    assert_int_equal(td_stop(&d, 0), 0);
+    tp_rmtree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scrape_after_requests),
+        cmocka_unit_test(test_failed_connection_and_refused_client),
+        cmocka_unit_test(test_shed_by_reason),
+        cmocka_unit_test(test_health_and_ready),
+        cmocka_unit_test(test_ready_needs_a_route),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

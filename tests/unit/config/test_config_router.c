@@ -1,0 +1,190 @@
+/* src/config: the geo-routing options (issue 9, docs/ROUTING.md) and the
+ * metrics address (issue 11) - defaults, the three sources, bounds and the
+ * cross-check of the timeout bounds, with their exact messages. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "testutil.h"
+
+#define MS 1000000ull
+#define SEC 1000000000ull
+
+static char tmpdir[64];
+static char errbuf[512];
+
+static const char *write_tmp(const char *name, const char *text)
+{
+    static char path[128];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    strcpy(tmpdir, "/tmp/kl-config-router-XXXXXX");
+    assert_non_null(mkdtemp(tmpdir));
+    static const char *const none[] = {NULL};
+    kl_config_set_search_dirs(none);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd);
+}
+
+static char *const no_env[] = {NULL};
+
+static kl_status load_args(kl_config *cfg, char *const *env, ...)
+{
+    char *argv[32] = {"keylessd"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, env);
+    for (char *a; (a = va_arg(ap, char *)) != NULL;)
+        argv[argc++] = a;
+    va_end(ap);
+    errbuf[0] = 0;
+    return kl_config_load(cfg, argc, argv, env, errbuf, sizeof errbuf);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    kl_config *cfg = kl_config_new();
+    assert_int_equal(load_args(cfg, no_env, NULL), KL_OK);
+    assert_null(cfg->router_table); /* routing off */
+    assert_null(cfg->router_cert);
+    assert_null(cfg->router_key);
+    assert_null(cfg->router_ca);
+    assert_null(cfg->router_server_name);
+    assert_int_equal(cfg->router_default_deadline_ns, 2 * SEC);
+    assert_int_equal(cfg->router_max_attempts, 3);
+    assert_int_equal(cfg->router_max_hops, 3);
+    assert_int_equal(cfg->router_timeout_floor_ns, 20 * MS);
+    assert_int_equal(cfg->router_timeout_ceiling_ns, 2 * SEC);
+    assert_int_equal(cfg->router_timeout_p99_factor, 10);
+    assert_int_equal(cfg->router_ping_interval_ns, 1 * SEC);
+    assert_int_equal(cfg->router_ewma_weight, 20);
+    assert_int_equal(cfg->router_latency_tolerance, 10);
+    assert_int_equal(cfg->router_reload_poll_ns, 1 * SEC);
+    assert_int_equal(cfg->router_dns_refresh_ns, 30 * SEC);
+    assert_int_equal(cfg->router_connect_timeout_ns, 2 * SEC);
+    assert_int_equal(cfg->router_conn_inflight_threshold, 256);
+    assert_int_equal(cfg->router_max_conns_per_remote, 8);
+    assert_int_equal(cfg->router_max_inflight_per_conn, 1024);
+    assert_int_equal(cfg->router_max_fds, 1024);
+    assert_int_equal(cfg->router_max_inflight, 65536);
+    assert_int_equal(cfg->metrics_port, 2406);
+    assert_null(cfg->metrics_address); /* listen_address */
+    kl_config_free(cfg);
+}
+
+static void test_sources(void **state)
+{
+    (void)state;
+    const char *file =
+        write_tmp("routed.yaml", "router_table: /etc/keyless/"
+                                 "routes.yaml\n"
+                                 "router_max_attempts: 5\n"
+                                 "router_timeout_floor: 50ms\n"
+                                 "router_reload_poll: 0s\n"
+                                 "router_cert: /etc/r.pem\n"
+                                 "metrics_address: \"127.0.0.1\"\n"
+                                 "metrics_port: 9106\n");
+    char cflag[160];
+    snprintf(cflag, sizeof cflag, "--config-file=%s", file);
+    char *env[] = {"KEYLESS_ROUTER_MAX_HOPS=5", "KEYLESS_ROUTER_MAX_ATTEMPTS=4",
+                   NULL};
+    kl_config *cfg = kl_config_new();
+    assert_int_equal(load_args(cfg, env, cflag, "--router-max-attempts=2",
+                               "--router_ping_interval=250ms", "--metrics-port",
+                               "0", NULL),
+                     KL_OK);
+    assert_string_equal(cfg->router_table, "/etc/keyless/routes.yaml");
+    assert_string_equal(cfg->router_cert, "/etc/r.pem");
+    assert_int_equal(cfg->router_max_attempts, 2); /* flag > env > file */
+    assert_int_equal(cfg->router_max_hops, 5);     /* env */
+    assert_int_equal(cfg->router_timeout_floor_ns, 50 * MS);
+    assert_int_equal(cfg->router_reload_poll_ns, 0); /* SIGHUP only */
+    assert_int_equal(cfg->router_ping_interval_ns, 250 * MS);
+    assert_string_equal(cfg->metrics_address, "127.0.0.1");
+    assert_int_equal(cfg->metrics_port, 0); /* the endpoint is off */
+
+    /* --output-config writes them back */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    kl_config_write_yaml(cfg, f);
+    fclose(f);
+    assert_non_null(
+        strstr(text, "router_table: \"/etc/keyless/routes.yaml\"\n"));
+    assert_non_null(strstr(text, "router_max_hops: 5\n"));
+    assert_non_null(strstr(text, "router_timeout_floor: 50ms\n"));
+    assert_non_null(strstr(text, "metrics_address: \"127.0.0.1\"\n"));
+    free(text);
+    kl_config_free(cfg);
+}
+
+static void expect_error(const char *flag, const char *message)
+{
+    kl_config *cfg = kl_config_new();
+    assert_int_equal(load_args(cfg, no_env, (char *)flag, NULL), KL_E_CONFIG);
+    if (!strstr(errbuf, message))
+        fail_msg("%s: got \"%s\", expected \"%s\"", flag, errbuf, message);
+    kl_config_free(cfg);
+}
+
+static void test_bounds(void **state)
+{
+    (void)state;
+    expect_error("--router-max-attempts=9", "router_max_attempts");
+    expect_error("--router-max-attempts=0", "router_max_attempts");
+    expect_error("--router-max-hops=17", "router_max_hops");
+    expect_error("--router-ewma-weight=101", "router_ewma_weight");
+    expect_error("--router-max-conns-per-remote=65", "router_max_conns");
+    expect_error("--router-timeout-floor=0s", "router_timeout_floor");
+    expect_error("--router-ping-interval=fast", "is not a duration");
+    expect_error("--router-max-fds=3", "router_max_fds");
+}
+
+static void test_timeout_bounds_cross_check(void **state)
+{
+    (void)state;
+    kl_config *cfg = kl_config_new();
+    assert_int_equal(load_args(cfg, no_env, "--router-timeout-floor=500ms",
+                               "--router-timeout-ceiling=100ms", NULL),
+                     KL_E_CONFIG);
+    assert_string_equal(errbuf, "router_timeout_ceiling: 100ms is below "
+                                "router_timeout_floor 500ms; raise the "
+                                "ceiling or lower the floor");
+    kl_config_free(cfg);
+    cfg = kl_config_new();
+    assert_int_equal(load_args(cfg, no_env, "--router-timeout-floor=100ms",
+                               "--router-timeout-ceiling=100ms", NULL),
+                     KL_OK);
+    kl_config_free(cfg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_sources),
+        cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_timeout_bounds_cross_check),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
