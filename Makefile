@@ -39,13 +39,15 @@ asan: deps
 	    ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # The suite under ThreadSanitizer, built with clang (whose runtime ships in
-# libclang-rt-dev, installed by scripts/install-deps.sh).
+# libclang-rt-dev, installed by scripts/install-deps.sh). die_after_fork=0:
+# the fork-safety tests start threads in a forked child, which TSan
+# otherwise refuses.
 tsan: deps
 	@CC=clang $(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug \
 	    -DKL_SANITIZE=thread >/dev/null
 	@$(CMAKE) --build build-tsan -j $(JOBS)
 	@cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 \
-	    suppressions=$(CURDIR)/tests/sanitizers/tsan.supp" \
+	    die_after_fork=0 suppressions=$(CURDIR)/tests/sanitizers/tsan.supp" \
 	    ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 fuzz-build: deps

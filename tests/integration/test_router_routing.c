@@ -19,6 +19,7 @@
 #include "../tools/rtharness.h"
 
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -149,7 +150,7 @@ typedef struct bg {
     kl_router *r;
     rh_req q;
     rh_batch bt;
-    volatile bool stop;
+    atomic_bool stop; /* written by the test, read by the load thread */
     pthread_t th;
 } bg;
 
