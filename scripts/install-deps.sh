@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-dev
       libssl-dev openssl libyaml-dev libjansson-dev libcmocka-dev
       python3 procps iproute2 libp11-kit-dev p11-kit softhsm2 opensc
-      libmicrohttpd-dev prometheus nginx-light haproxy curl gnuplot-nox nghttp2-client
+      libmicrohttpd-dev libcurl4-openssl-dev prometheus nginx-light haproxy curl gnuplot-nox nghttp2-client
       ${KL_EXTRA_PKGS:-})
 
 missing=()
