@@ -45,6 +45,9 @@ typedef struct bslot {
     kl_job *job; /* NULL: idle */
     uint64_t deadline_ns;
     bool answered; /* the watchdog answered job: drop the result */
+    /* job->key_hold's handle, taken when the watchdog answered early */
+    void *held;
+    void (*unhold)(void *handle);
 } bslot;
 
 typedef struct job_queue {
@@ -232,7 +235,12 @@ static void run_blocking(kl_pool *p, bslot *slot, kl_job *job)
     pthread_mutex_lock(&p->mu);
     bool mine = !slot->answered;
     slot->job = NULL;
+    void *held = slot->held;
+    void (*unhold)(void *) = slot->unhold;
+    slot->held = NULL;
     pthread_mutex_unlock(&p->mu);
+    if (held)
+        unhold(held); /* the token call is over: key may go now */
     if (mine) {
         if (out_len)
             memcpy(job->out, buf + in_len, out_len);
@@ -279,6 +287,12 @@ static kl_job *collect_late(kl_pool *p, uint64_t now, uint64_t *next)
             continue;
         if (s->deadline_ns <= now) {
             s->answered = true; /* from here on the job is the watchdog's */
+            /* the token call still uses the key after the owner had its
+             * answer: keep the key's store alive until it returns */
+            if (s->job->key_hold && s->job->key_unhold) {
+                s->held = s->job->key_hold(s->job);
+                s->unhold = s->job->key_unhold;
+            }
             s->job->next = late;
             late = s->job;
         } else if (s->deadline_ns < *next) {

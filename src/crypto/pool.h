@@ -42,6 +42,15 @@ struct kl_job {
     const _Atomic bool *abandoned;
     kl_job_done_fn done;
     void *owner; /* free for the submitter */
+    /* Optional, for jobs on token keys: what keeps job->key alive. The
+     * watchdog may answer a job at its deadline while the token call still
+     * runs on key (the owner may then drop its own hold on the key store,
+     * and a reload may free it). So before that early answer the pool calls
+     * key_hold(job) - under the pool's lock: it must be cheap and must not
+     * block - and calls key_unhold(handle) with what it returned once the
+     * token call has really returned (issue 12). */
+    void *(*key_hold)(const kl_job *job);
+    void (*key_unhold)(void *handle);
 };
 
 typedef struct kl_pool kl_pool;

@@ -239,6 +239,8 @@ void kl_routed_cancel_all(kl_conn *c);
 /* res.c */
 kl_res *kl_res_new(void *obj, void (*free_fn)(void *obj));
 void kl_res_release(kl_res *r);
+/* Another reference on r (any thread); returns r. */
+kl_res *kl_res_ref(kl_res *r);
 void kl_res_free_keystore(void *obj);
 void kl_res_free_tls(void *obj);
 /* Takes the server's current store and context if a reload replaced them

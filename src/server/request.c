@@ -117,6 +117,21 @@ static uint64_t test_delay_us(const kl_server *srv, const uint8_t *ski)
     return 0;
 }
 
+/* The pool's watchdog may answer a token job at its deadline while the
+ * token call still runs on the key (crypto/pool.h): the job's pin then goes
+ * with the answer, so the pool takes its own reference on the store. Runs
+ * on the watchdog thread while the job's pin still holds the store. */
+static void *job_key_hold(const kl_job *job)
+{
+    const kl_srv_job *j = (const kl_srv_job *)job;
+    return kl_res_ref(j->pin->res);
+}
+
+static void job_key_unhold(void *handle)
+{
+    kl_res_release(handle);
+}
+
 static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
                    const kl_req_context *ctx, uint64_t t0_ns)
 {
@@ -143,6 +158,8 @@ static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
     j->job.owner = s;
     j->conn = c;
     j->pin = kl_pin_get(s); /* the store key lives in stays until done */
+    j->job.key_hold = job_key_hold;
+    j->job.key_unhold = job_key_unhold;
     j->id = id;
     j->request_id = NULL;
     if (rid) {

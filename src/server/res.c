@@ -40,6 +40,12 @@ static void res_ref(kl_res *r)
     atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
 }
 
+kl_res *kl_res_ref(kl_res *r)
+{
+    res_ref(r);
+    return r;
+}
+
 void kl_res_release(kl_res *r)
 {
     if (!r)

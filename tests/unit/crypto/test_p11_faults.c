@@ -13,6 +13,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "../../p11shim/shim.h"
@@ -116,6 +117,24 @@ static void prep(rec *r, const kl_key *k, uint8_t op, uint64_t deadline_ms,
     r->deadline_ns = deadline_ms ? kl_now_ns() + deadline_ms * MS : 0;
 }
 
+/* The pool's hold on a job's key store while a token call outlives the
+ * job's answer (issue 12): counted, and the handle checked. */
+static _Atomic int holds, unholds;
+static int hold_token;
+
+static void *test_key_hold(const kl_job *j)
+{
+    (void)j;
+    atomic_fetch_add(&holds, 1);
+    return &hold_token;
+}
+
+static void test_key_unhold(void *handle)
+{
+    assert_ptr_equal(handle, &hold_token);
+    atomic_fetch_add(&unholds, 1);
+}
+
 static void submit(rec *r)
 {
     hjob *h = calloc(1, sizeof *h);
@@ -129,7 +148,9 @@ static void submit(rec *r)
                       .out_cap = sizeof h->out,
                       .deadline_ns = r->deadline_ns,
                       .done = on_done,
-                      .owner = r};
+                      .owner = r,
+                      .key_hold = test_key_hold,
+                      .key_unhold = test_key_unhold};
     assert_int_equal(kl_pool_submit(pool, &h->job), KL_OK);
 }
 
@@ -444,6 +465,7 @@ static void test_stall_answered_at_deadline(void **state)
 {
     (void)state;
     kl_p11shim_stats s0 = stats();
+    int holds0 = atomic_load(&holds), unholds0 = atomic_load(&unholds);
     ctl("sign stall_ms=2000 count=1 token=kl-a\n");
     rec stalled;
     prep(&stalled, rsa, KL_OP_RSA_SIGN_SHA256, 500, 1);
@@ -482,11 +504,17 @@ static void test_stall_answered_at_deadline(void **state)
     assert_true(stalled.done_ns >= stalled.deadline_ns);
     assert_true(stalled.done_ns <= stalled.deadline_ns + SLACK);
     assert_int_equal(stats().stalls_done, s0.stalls_done);
+    /* answered early: the pool holds the key's store while the call runs */
+    assert_int_equal(atomic_load(&holds), holds0 + 1);
+    assert_int_equal(atomic_load(&unholds), unholds0);
 
     /* the call returns; its result goes nowhere; the session is reused */
     wait_stalls(s0.stalls + 1, s0.stalls_done + 1, 4000);
     usleep(50 * 1000);
     assert_int_equal(answered_twice, 0);
+    /* ... and the hold is given back once the call really returned */
+    assert_int_equal(atomic_load(&unholds), unholds0 + 1);
+    assert_int_equal(atomic_load(&holds), holds0 + 1);
     run_ok(rsa, KL_OP_RSA_SIGN_SHA256, 4);
 }
 
