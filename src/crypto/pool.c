@@ -141,6 +141,7 @@ static void run(kl_pool *p, kl_cost_class cls, kl_job *job)
         (job->deadline_ns && kl_now_ns() + cost_ns > job->deadline_ns)) {
         job->err = KL_ERR_INTERNAL;
     } else {
+        job->started_ns = kl_now_ns();
         if (job->test_delay_us)
             usleep((useconds_t)job->test_delay_us);
         uint64_t t0 = thread_cpu_ns();
@@ -228,7 +229,8 @@ static void run_blocking(kl_pool *p, bslot *slot, kl_job *job)
         usleep((useconds_t)delay);
     size_t out_len = 0;
     uint8_t err = KL_ERR_INTERNAL; /* P6 shedding: no crypto for the late */
-    if (!deadline || kl_now_ns() <= deadline)
+    uint64_t started = kl_now_ns();
+    if (!deadline || started <= deadline)
         err = kl_crypto_exec_deadline(key, opcode, buf, in_len, buf + in_len,
                                       cap, &out_len, deadline);
 
@@ -246,6 +248,7 @@ static void run_blocking(kl_pool *p, bslot *slot, kl_job *job)
             memcpy(job->out, buf + in_len, out_len);
         job->out_len = out_len;
         job->err = err;
+        job->started_ns = !deadline || started <= deadline ? started : 0;
     }
     OPENSSL_cleanse(buf, in_len + cap); /* a decrypt's plaintext */
     free(buf);

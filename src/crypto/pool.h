@@ -30,6 +30,8 @@ struct kl_job {
     uint8_t *out;
     size_t out_cap;
     size_t out_len;         /* set by the pool */
+    uint64_t started_ns;    /* set by the pool: monotonic time its crypto
+                               began (0: it never ran - shed, abandoned) */
     uint8_t err;            /* P6 code, set by the pool */
     uint64_t deadline_ns;   /* monotonic; 0 = none. Past it: KL_ERR_INTERNAL
                                without running the crypto (P6 shedding); a

@@ -7,12 +7,9 @@
  *
  * Request times:
  *  - total: request read -> its answer queued on the connection;
- *  - exec: the operation itself, queue wait excluded. The pool does not
- *    report when a job started; a worker runs one job at a time, so a job
- *    started no earlier than it was queued and no earlier than its worker
- *    finished the previous one. The later of the two is the start: exact
- *    for a busy worker, early by one wake-up (microseconds) for an idle one.
- *    For a forwarded request exec is the remote path (router hand-over to
+ *  - exec: the operation itself, queue wait excluded: from the time the
+ *    pool began its crypto (kl_job.started_ns) to its completion. For a
+ *    forwarded request exec is the remote path (router hand-over to
  *    answer); for an answer given at once it equals total. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,14 +69,14 @@ void kl_mx_request_done(kl_shard *s, uint8_t opcode, uint8_t err,
 
 void kl_mx_job_done(kl_job *job)
 {
-    static _Thread_local uint64_t last_done;
     kl_srv_job *j = (kl_srv_job *)job;
     uint64_t now = kl_now_ns();
-    j->start_ns = j->t0_ns > last_done ? j->t0_ns : last_done;
-    if (j->start_ns > now)
-        j->start_ns = now;
+    /* a job that never ran (shed, abandoned): all of it was waiting */
+    j->start_ns =
+        job->started_ns && job->started_ns >= j->t0_ns && job->started_ns <= now
+            ? job->started_ns
+            : now;
     j->done_ns = now;
-    last_done = now;
     kl_shard_job_done(job); /* the job is the shard's from here on */
 }
 
