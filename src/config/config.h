@@ -61,6 +61,7 @@ typedef struct kl_config {
     uint64_t watch_delay_ns;
     bool auto_renew;
     int shards;  /* 0: number of CPUs */
+    uint64_t activation_timeout_ns; /* whole Origin CA API call */
     int workers; /* 0: number of CPUs */
     int max_inflight_per_conn;
     int max_inflight;

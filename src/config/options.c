@@ -431,7 +431,8 @@ static const kl_option options[] = {
      .env = "KEYLESS_ZONE_ID",
      .flag = "zone-id",
      .metavar = "ID",
-     .help = "Cloudflare zone id (activation)",
+     .help = "Cloudflare zone id; sent with the activation request when "
+             "set (the API finds the zone by hostname)",
      .group = G_ACT},
     {.name = "origin_ca_api_key",
      .type = KL_OPT_STRING,
@@ -449,7 +450,9 @@ static const kl_option options[] = {
      .env = "KEYLESS_INIT_ENDPOINT",
      .flag = "init-endpoint",
      .metavar = "URL",
-     .help = "certificate API endpoint (activation)",
+     .help = "certificate API endpoint (activation): https:// (verified "
+             "against the system's CAs), or http:// to a loopback address "
+             "only",
      .group = G_ACT},
     {.name = "auth_csr",
      .type = KL_OPT_STRING,
@@ -458,7 +461,8 @@ static const kl_option options[] = {
      .env = "KEYLESS_AUTH_CSR",
      .flag = "auth-csr",
      .metavar = "PATH",
-     .help = "where activation writes the certificate signing request",
+     .help = "where activation and --manual-activation write the "
+             "certificate signing request (mode 0644)",
      .group = G_ACT},
     {.name = "auto_renew",
      .type = KL_OPT_BOOL,
@@ -467,9 +471,23 @@ static const kl_option options[] = {
      .env = "KEYLESS_AUTO_RENEW",
      .flag = "auto-renew",
      .metavar = "BOOL",
-     .help = "when auth_cert has expired and API credentials are set, "
-             "enrol again and overwrite auth_key (the reference does this "
-             "silently; keylessd only when asked)",
+     .help = "when auth_cert has expired (or is unusable, or expires "
+             "within 30 days) and API credentials are set, enrol again and "
+             "replace auth_key and auth_cert, keeping the old files as "
+             "*.bak (the reference does this silently; keylessd only when "
+             "asked)",
+     .group = G_ACT},
+    {.name = "activation_timeout",
+     .type = KL_OPT_DURATION,
+     .offset = F(activation_timeout_ns),
+     .min = 1000,
+     .max = 10 * 60 * 1000,
+     .def = "30s",
+     .env = "KEYLESS_ACTIVATION_TIMEOUT",
+     .flag = "activation-timeout",
+     .metavar = "DURATION",
+     .help = "how long the whole certificate API call may take (connect, "
+             "TLS, answer) before activation gives up",
      .group = G_ACT},
 
     /* ---- tracing ---- */
@@ -782,24 +800,26 @@ static const kl_option options[] = {
      .type = KL_OPT_MODE,
      .offset = F(config_only),
      .flag = "config-only",
-     .help = "prepare the server's identity and exit without serving: check "
-             "auth_cert and auth_key and report what is missing (the "
-             "reference enrols here; see auto_renew)",
+     .help = "prepare the server's identity and exit without serving: "
+             "enrol with the Origin CA as a start would (see hostname, "
+             "origin_ca_api_key, auto_renew), check auth_cert and auth_key "
+             "and report what is missing",
      .flags = KL_OPTF_NO_YAML,
      .group = G_MODES},
     {.name = "manual_activation",
      .type = KL_OPT_MODE,
      .offset = F(manual_activation),
      .flag = "manual-activation",
-     .help = "write a new auth_key and a CSR for hostname to auth_csr, and "
-             "exit (not implemented yet: exits 1 with a message)",
+     .help = "write a new auth_key (or keep an existing one) and a CSR "
+             "for hostname to auth_csr, and exit; have the CSR signed and "
+             "save the certificate as auth_cert",
      .flags = KL_OPTF_NO_YAML,
      .group = G_MODES},
     {.name = "renew",
      .type = KL_OPT_MODE,
      .offset = F(renew),
      .flag = "renew",
-     .help = "as auto_renew, for this start only",
+     .help = "as auto_renew: true, for this start only",
      .flags = KL_OPTF_NO_YAML,
      .group = G_MODES},
     {.name = "version",

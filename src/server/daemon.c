@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "core/log.h"
+#include "server/activate.h"
 #include "server/daemon.h"
 #include "server/limits.h"
 
@@ -29,18 +30,20 @@ static bool print_mode(const kl_config *cfg, const char *version, int *rc)
     return true;
 }
 
-/* --config-only: the reference enrols here when auth_cert is missing or
- * expired, then exits without serving. keylessd checks the identity and
- * says what is missing (enrolment is not built in yet). */
+/* --config-only: as the reference, enrols when needed (with keylessd's
+ * renewal policy, server/activate.h), then checks the identity and exits
+ * without serving. */
 static int config_only(const kl_config *cfg)
 {
+    if (kl_activate_startup(cfg) != 0)
+        return 1;
     kl_problems p = {0};
     kl_tls_ctx *tls = kl_daemon_load_tls(cfg, &p);
     kl_tls_ctx_free(tls);
     if (!tls) {
         kl_error("--config-only: the key server's identity is not ready "
-                 "(see above); enrolment with the Origin CA is not built "
-                 "into this keylessd: put auth_cert and auth_key in place");
+                 "(see above): put auth_cert and auth_key in place, or set "
+                 "hostname and origin_ca_api_key for activation");
         return 1;
     }
     kl_info("already configured: auth_cert %s and auth_key %s are usable; "
@@ -91,12 +94,8 @@ int kl_daemon_main(int argc, char **argv, const char *version)
             rc = kl_daemon_keystore_debug(cfg, stdout);
         else if (cfg->config_only)
             rc = config_only(cfg);
-        else {
-            kl_error("--manual-activation: generating auth_key and a CSR "
-                     "for hostname is not built into this keylessd yet; "
-                     "create them with openssl (see docs/OPERATIONS.md)");
-            rc = 1;
-        }
+        else
+            rc = kl_activate_manual(cfg);
         kl_config_free(cfg);
         return rc;
     }
@@ -113,6 +112,12 @@ int kl_daemon_main(int argc, char **argv, const char *version)
     signal(SIGPIPE, SIG_IGN);
 
     kl_problems p = {0};
+    /* activation (issue 4): enrol, renew or refuse before loading */
+    if (kl_activate_startup(cfg) != 0) {
+        kl_error("not starting: see the activation messages above");
+        kl_config_free(cfg);
+        return 1;
+    }
     kl_tls_ctx *tls = kl_daemon_load_tls(cfg, &p);
     kl_keystore *ks = tls ? kl_daemon_load_keys(cfg, false, &p) : NULL;
     if (!tls || !ks) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "server/activate.h"
 #include "server/daemon.h"
 #include "tls/certcheck.h"
 
@@ -97,11 +98,11 @@ kl_tls_ctx *kl_daemon_load_tls(const kl_config *cfg, kl_problems *p)
         .arg = p,
     };
     if (kl_certcheck_identity(&cc) > 0) {
-        if (cfg->hostname && cfg->zone_id && cfg->origin_ca_api_key)
-            kl_error("(Origin CA credentials are configured, but enrolling "
-                     "a new auth_cert is not built into this keylessd yet: "
-                     "obtain the certificate as described in "
-                     "docs/OPERATIONS.md)");
+        if (cfg->hostname && cfg->origin_ca_api_key)
+            kl_info("(Origin CA credentials are configured: keylessd enrols "
+                    "at startup when auth_cert is missing, and replaces an "
+                    "expired or unusable one with --renew or auto_renew: "
+                    "true; see docs/OPERATIONS.md, Activation)");
         return NULL;
     }
     kl_tls_opts to = {
@@ -123,7 +124,11 @@ kl_tls_ctx *kl_daemon_load_tls(const kl_config *cfg, kl_problems *p)
 int kl_daemon_check(const kl_config *cfg)
 {
     kl_problems p = {0};
-    kl_tls_ctx *tls = kl_daemon_load_tls(cfg, &p);
+    /* a start would enrol or renew (server/activate.h): the identity
+     * files it would write are not checked; kl_activate_check has checked
+     * the CA file */
+    bool enrols = kl_activate_check(cfg, &p);
+    kl_tls_ctx *tls = enrols ? NULL : kl_daemon_load_tls(cfg, &p);
     kl_keystore *ks = kl_daemon_load_keys(cfg, true, &p);
     size_t nkeys = ks ? kl_keystore_count(ks) : 0;
     if (cfg->nstores == 0) {
