@@ -5,6 +5,7 @@
 #include "daemon.h"
 #include "pki.h"
 #include "testutil.h"
+#include "tool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,17 +15,12 @@
 
 static td_daemon d;
 static char *dir;
-static char server[64], cli[1024];
+static tt_tool cli; /* keyless-cli with the test PKI's TLS flags */
+static char server[64];
 /* Paths copied once: tp_path and tu_vector_path return rotating or shared
  * static buffers. */
-static char client_crt[1024], client_key[1024], ca_crt[1024];
 static char rsa_pub[1024], p256_pub[1024], p384_pub[1024], ed_pub[1024];
 static char rsa3072_crt[1024], ref_rsa[1024], ref_ec[1024], ed_crt[1024];
-
-static void keep(char *dst, const char *src)
-{
-    snprintf(dst, 1024, "%s", src);
-}
 
 static int setup(void **state)
 {
@@ -41,18 +37,15 @@ static int setup(void **state)
     td_opts o = {.name = "cli", .key_dirs = dir};
     td_start(&d, &o);
     snprintf(server, sizeof server, "127.0.0.1:%u", d.port);
-    snprintf(cli, sizeof cli, "%s/keyless-cli", tu_bin_dir());
-    keep(client_crt, tp_path("client.crt"));
-    keep(client_key, tp_path("client.key"));
-    keep(ca_crt, tp_path("ca.crt"));
-    keep(rsa_pub, tp_path("pubkeys/rsa-2048.pem"));
-    keep(p256_pub, tp_path("pubkeys/ecdsa-p256.pem"));
-    keep(p384_pub, tp_path("pubkeys/ecdsa-p384.pem"));
-    keep(ed_pub, tp_path("pubkeys/ed25519.pem"));
-    keep(rsa3072_crt, tu_vector_path("certs/rsa-3072.crt"));
-    keep(ref_rsa, tu_vector_path("reference-keys/rsa.key"));
-    keep(ref_ec, tu_vector_path("reference-keys/ecdsa.pubkey"));
-    keep(ed_crt, tu_vector_path("certs/ed25519.crt"));
+    tt_tool_init(&cli, "keyless-cli", "--");
+    tt_keep(rsa_pub, tp_path("pubkeys/rsa-2048.pem"));
+    tt_keep(p256_pub, tp_path("pubkeys/ecdsa-p256.pem"));
+    tt_keep(p384_pub, tp_path("pubkeys/ecdsa-p384.pem"));
+    tt_keep(ed_pub, tp_path("pubkeys/ed25519.pem"));
+    tt_keep(rsa3072_crt, tu_vector_path("certs/rsa-3072.crt"));
+    tt_keep(ref_rsa, tu_vector_path("reference-keys/rsa.key"));
+    tt_keep(ref_ec, tu_vector_path("reference-keys/ecdsa.pubkey"));
+    tt_keep(ed_crt, tu_vector_path("certs/ed25519.crt"));
     return 0;
 }
 
@@ -67,22 +60,8 @@ static int teardown(void **state)
  * status, output in *out. */
 static int run(char **out, const char *const *args)
 {
-    const char *argv[40];
-    int n = 0;
-    argv[n++] = cli;
-    argv[n++] = args[0]; /* the command */
-    argv[n++] = "--server";
-    argv[n++] = server;
-    argv[n++] = "--cert";
-    argv[n++] = client_crt;
-    argv[n++] = "--key";
-    argv[n++] = client_key;
-    argv[n++] = "--ca";
-    argv[n++] = ca_crt;
-    for (int i = 1; args[i] && n < 39; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    return td_run(argv, out, 60000);
+    const char *lead[] = {args[0] /* the command */, "--server", server, NULL};
+    return tt_tool_run(&cli, lead, args + 1, out, 60000);
 }
 
 static void expect_ok(const char *const *args, const char *must_contain)
@@ -230,8 +209,8 @@ static void test_stopped_server_fails(void **state)
 {
     char *out = NULL;
     /* a port nothing listens on */
-    const char *argv[] = {cli,    "ping", "--server", "127.0.0.1:1",
-                          "--ca", ca_crt, NULL};
+    const char *argv[] = {cli.path, "ping", "--server", "127.0.0.1:1",
+                          "--ca",   cli.ca, NULL};
     int st = td_run(argv, &out, 30000);
     if (st != 3 || !strstr(out, "FAIL: cannot connect"))
         fail_msg("ping to a stopped server: exit %d:\n%s", st, out);
@@ -258,7 +237,7 @@ static void test_bad_flags_named(void **state)
     expect_fail(2, g, "--bogus");
 
     char *out = NULL;
-    const char *h[] = {cli, "--help", NULL};
+    const char *h[] = {cli.path, "--help", NULL};
     assert_int_equal(td_run(h, &out, 10000), 0);
     assert_non_null(strstr(out, "usage: keyless-cli"));
     free(out);
@@ -267,7 +246,7 @@ static void test_bad_flags_named(void **state)
 static void test_ski_command(void **state)
 {
     char *out = NULL;
-    const char *a[] = {cli, "ski", ref_rsa, ref_ec, ed_crt, NULL};
+    const char *a[] = {cli.path, "ski", ref_rsa, ref_ec, ed_crt, NULL};
     assert_int_equal(td_run(a, &out, 10000), 0);
     /* protocol P7 test vectors */
     assert_non_null(strstr(out, "406550d87609ecae021a83ef2c1f372c08f42699"));

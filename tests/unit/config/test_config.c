@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "cfgtest.h"
 #include "testutil.h"
 
 #define MS 1000000ull
@@ -17,53 +18,30 @@ static char errbuf[512];
 
 static const char *write_tmp(const char *name, const char *text)
 {
-    static char path[128];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    return path;
+    return tc_write(tmpdir, name, text);
 }
 
 static int setup(void **state)
 {
-    strcpy(tmpdir, "/tmp/kl-config-XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    /* hermetic: no gokeyless.yaml of the build directory or /etc/keyless */
-    static const char *const none[] = {NULL};
-    kl_config_set_search_dirs(none);
+    tc_setup_dir(tmpdir, sizeof tmpdir, "config");
     return 0;
 }
 
 static int teardown(void **state)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tc_teardown_dir(tmpdir);
 }
 
-static char *const no_env[] = {NULL};
-
-/* Loads with argv given as a NULL-terminated list after the program name. */
-static kl_status load_args(kl_config *cfg, char *const *env, ...)
-{
-    char *argv[32] = {"keylessd"};
-    int argc = 1;
-    va_list ap;
-    va_start(ap, env);
-    for (char *a; (a = va_arg(ap, char *)) != NULL;)
-        argv[argc++] = a;
-    va_end(ap);
-    errbuf[0] = 0;
-    return kl_config_load(cfg, argc, argv, env, errbuf, sizeof errbuf);
-}
+/* Loads with argv given as a NULL-terminated list after the program name
+ * (tests/support/cfgtest.h). */
+#define load_args(cfg, env, ...)                                               \
+    tc_load(cfg, env, TC_ARGS(__VA_ARGS__), errbuf, sizeof errbuf)
 
 static void test_defaults(void **state)
 {
     kl_config *cfg = kl_config_new();
     assert_non_null(cfg);
-    assert_int_equal(load_args(cfg, no_env, NULL), KL_OK);
+    assert_int_equal(load_args(cfg, tc_no_env, NULL), KL_OK);
     assert_int_equal(cfg->loglevel, 1);
     assert_int_equal(cfg->port, 2407);
     assert_string_equal(cfg->listen_address, "0.0.0.0");
@@ -106,7 +84,7 @@ static void test_yaml_file(void **state)
                                "tls13: false\n"
                                "max_queue_time: 250ms\n");
     kl_config *cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "-c", path, NULL), KL_OK);
+    assert_int_equal(load_args(cfg, tc_no_env, "-c", path, NULL), KL_OK);
     assert_string_equal(cfg->loaded_file, path);
     assert_int_equal(cfg->loglevel, 0);
     assert_int_equal(cfg->port, 3407);
@@ -137,7 +115,7 @@ static void test_precedence(void **state)
     char *env[] = {"KEYLESS_PORT=2000", "KEYLESS_SHARDS=7", NULL};
     kl_config *cfg = kl_config_new();
     /* file only */
-    assert_int_equal(load_args(cfg, no_env, "--config-file", path, NULL),
+    assert_int_equal(load_args(cfg, tc_no_env, "--config-file", path, NULL),
                      KL_OK);
     assert_int_equal(cfg->port, 1000);
     kl_config_free(cfg);
@@ -169,7 +147,7 @@ static void test_precedence(void **state)
 static void test_flag_spellings(void **state)
 {
     kl_config *cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "--auth-cert", "a.pem",
+    assert_int_equal(load_args(cfg, tc_no_env, "--auth-cert", "a.pem",
                                "--auth_key=b.pem", "--cloudflare_ca_cert",
                                "c.pem", "--tls13=false", "--handshake-timeout",
                                "2s", NULL),
@@ -182,7 +160,8 @@ static void test_flag_spellings(void **state)
     kl_config_free(cfg);
 
     cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "--tls13", "--check", NULL), KL_OK);
+    assert_int_equal(load_args(cfg, tc_no_env, "--tls13", "--check", NULL),
+                     KL_OK);
     assert_true(cfg->tls13);
     assert_true(cfg->check);
     kl_config_free(cfg);
@@ -213,7 +192,7 @@ static void test_key_dirs_and_files(void **state)
 
     /* without the lists the file's stores stand */
     cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "-c", path, NULL), KL_OK);
+    assert_int_equal(load_args(cfg, tc_no_env, "-c", path, NULL), KL_OK);
     assert_int_equal(cfg->nstores, 1);
     assert_string_equal(cfg->stores[0].path, "/a");
     assert_int_equal(cfg->nwarnings, 0);
@@ -403,28 +382,29 @@ static void test_empty_and_null(void **state)
 static void test_flag_and_env_errors(void **state)
 {
     kl_config *cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "--bogus", NULL), KL_E_CONFIG);
+    assert_int_equal(load_args(cfg, tc_no_env, "--bogus", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag --bogus; see --help");
     kl_config_free(cfg);
 
     cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "--bogus=1", NULL), KL_E_CONFIG);
+    assert_int_equal(load_args(cfg, tc_no_env, "--bogus=1", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag --bogus; see --help");
     kl_config_free(cfg);
 
     cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "--port", NULL), KL_E_CONFIG);
+    assert_int_equal(load_args(cfg, tc_no_env, "--port", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "flag --port: needs a value (PORT)");
     kl_config_free(cfg);
 
     cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "--port", "0", NULL), KL_E_CONFIG);
+    assert_int_equal(load_args(cfg, tc_no_env, "--port", "0", NULL),
+                     KL_E_CONFIG);
     assert_string_equal(errbuf,
                         "flag --port: port: 0 is out of range 1..65535");
     kl_config_free(cfg);
 
     cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "serve", NULL), KL_E_CONFIG);
+    assert_int_equal(load_args(cfg, tc_no_env, "serve", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unexpected argument \"serve\"; options are "
                                 "given as flags (see --help)");
     kl_config_free(cfg);
@@ -437,8 +417,9 @@ static void test_flag_and_env_errors(void **state)
     kl_config_free(cfg);
 
     cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "-c", "/nonexistent/k.yaml", NULL),
-                     KL_E_CONFIG);
+    assert_int_equal(
+        load_args(cfg, tc_no_env, "-c", "/nonexistent/k.yaml", NULL),
+        KL_E_CONFIG);
     assert_string_equal(errbuf, "/nonexistent/k.yaml: cannot open the "
                                 "configuration file: No such file or "
                                 "directory");
@@ -448,7 +429,7 @@ static void test_flag_and_env_errors(void **state)
      * file is wrong and the operator should know */
     const char *path = write_tmp("bad.yaml", "port: 99999\n");
     cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "-c", path, "--port", "5", NULL),
+    assert_int_equal(load_args(cfg, tc_no_env, "-c", path, "--port", "5", NULL),
                      KL_E_CONFIG);
     char want[256];
     snprintf(want, sizeof want, "%s:1: port: 99999 is out of range 1..65535",
@@ -461,7 +442,7 @@ static void test_test_delay(void **state)
 {
     kl_config *cfg = kl_config_new();
     assert_int_equal(
-        load_args(cfg, no_env,
+        load_args(cfg, tc_no_env,
                   "--test-delay=D9C69B8E23ABBA7C26FD5D0E282F3DD679741036:250,"
                   "1b5e422431d15e92e88312c04807591d62c2b687:0",
                   NULL),
@@ -482,7 +463,7 @@ static void test_test_delay(void **state)
         "--test-delay=D9C69B8E23ABBA7C26FD5D0E282F3DD679741036:9999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cfg = kl_config_new();
-        assert_int_equal(load_args(cfg, no_env, bad[i], NULL), KL_E_CONFIG);
+        assert_int_equal(load_args(cfg, tc_no_env, bad[i], NULL), KL_E_CONFIG);
         assert_non_null(strstr(errbuf, "test_delay: "));
         assert_non_null(strstr(errbuf, "must be SKIHEX:MILLISECONDS"));
         kl_config_free(cfg);
@@ -492,7 +473,7 @@ static void test_test_delay(void **state)
 static void test_help_generated(void **state)
 {
     kl_config *cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "--help", NULL), KL_OK);
+    assert_int_equal(load_args(cfg, tc_no_env, "--help", NULL), KL_OK);
     assert_true(cfg->help);
     kl_config_free(cfg);
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "cfgtest.h"
 #include "testutil.h"
 
 #define MS 1000000ull
@@ -18,53 +19,30 @@ static char errbuf[512];
 
 static const char *write_tmp(const char *name, const char *text)
 {
-    static char path[128];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    return path;
+    return tc_write(tmpdir, name, text);
 }
 
 static int setup(void **state)
 {
-    (void)state;
-    strcpy(tmpdir, "/tmp/kl-config-router-XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    static const char *const none[] = {NULL};
-    kl_config_set_search_dirs(none);
+    tc_setup_dir(tmpdir, sizeof tmpdir, "config-router");
     return 0;
 }
 
 static int teardown(void **state)
 {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
+    return tc_teardown_dir(tmpdir);
 }
 
-static char *const no_env[] = {NULL};
-
-static kl_status load_args(kl_config *cfg, char *const *env, ...)
-{
-    char *argv[32] = {"keylessd"};
-    int argc = 1;
-    va_list ap;
-    va_start(ap, env);
-    for (char *a; (a = va_arg(ap, char *)) != NULL;)
-        argv[argc++] = a;
-    va_end(ap);
-    errbuf[0] = 0;
-    return kl_config_load(cfg, argc, argv, env, errbuf, sizeof errbuf);
-}
+/* Loads with argv given as a NULL-terminated list after the program name
+ * (tests/support/cfgtest.h). */
+#define load_args(cfg, env, ...)                                               \
+    tc_load(cfg, env, TC_ARGS(__VA_ARGS__), errbuf, sizeof errbuf)
 
 static void test_defaults(void **state)
 {
     (void)state;
     kl_config *cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, NULL), KL_OK);
+    assert_int_equal(load_args(cfg, tc_no_env, NULL), KL_OK);
     assert_null(cfg->router_table); /* routing off */
     assert_null(cfg->router_cert);
     assert_null(cfg->router_key);
@@ -141,7 +119,8 @@ static void test_sources(void **state)
 static void expect_error(const char *flag, const char *message)
 {
     kl_config *cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, (char *)flag, NULL), KL_E_CONFIG);
+    assert_int_equal(load_args(cfg, tc_no_env, (char *)flag, NULL),
+                     KL_E_CONFIG);
     if (!strstr(errbuf, message))
         fail_msg("%s: got \"%s\", expected \"%s\"", flag, errbuf, message);
     kl_config_free(cfg);
@@ -164,7 +143,7 @@ static void test_timeout_bounds_cross_check(void **state)
 {
     (void)state;
     kl_config *cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "--router-timeout-floor=500ms",
+    assert_int_equal(load_args(cfg, tc_no_env, "--router-timeout-floor=500ms",
                                "--router-timeout-ceiling=100ms", NULL),
                      KL_E_CONFIG);
     assert_string_equal(errbuf, "router_timeout_ceiling: 100ms is below "
@@ -172,7 +151,7 @@ static void test_timeout_bounds_cross_check(void **state)
                                 "ceiling or lower the floor");
     kl_config_free(cfg);
     cfg = kl_config_new();
-    assert_int_equal(load_args(cfg, no_env, "--router-timeout-floor=100ms",
+    assert_int_equal(load_args(cfg, tc_no_env, "--router-timeout-floor=100ms",
                                "--router-timeout-ceiling=100ms", NULL),
                      KL_OK);
     kl_config_free(cfg);
