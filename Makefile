@@ -2,7 +2,8 @@
 #   make run   - install what is missing, build, run keylessd on its
 #                embedded default (dev PKI + demo keys in ./state)
 #   make test  - install what is missing, build, run every test (CTest)
-# More: make asan, make tsan, make fuzz, make format, make clean
+# More: make asan, make tsan, make fuzz, make format, make clean; issue 10:
+# make valgrind, make fuzz-long, make overload, make soak (below)
 
 BUILD    ?= build
 JOBS     ?= $(shell nproc)
@@ -58,6 +59,13 @@ fuzz-build: deps
 # Runs every fuzz target for FUZZ_SECONDS each on its checked-in corpus.
 fuzz: fuzz-build
 	@bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+# The long run (issue 10): every target for FUZZ_LONG_SECONDS, one table of
+# executions, corpus growth and findings for bench/RESULTS.md.
+FUZZ_LONG_SECONDS ?= 600
+.PHONY: fuzz-long
+fuzz-long: fuzz-build
+	@bash fuzz/long-run.sh build-fuzz $(FUZZ_LONG_SECONDS)
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')

@@ -1,9 +1,19 @@
 /* Access lists (see acl.h). A connection's client is matched against the
  * rules once, after its handshake (a bit set of rules); each key request
- * then only scans the keys of those rules. */
+ * then only scans the keys of those rules.
+ *
+ * Reload without a lock per request: the lists in effect are one
+ * immutable rule set behind an atomic pointer. A connection's grant holds
+ * a reference to the set it was matched against, so a request compares
+ * that with the pointer (one load) and scans its own set, which cannot be
+ * freed under it. Only a match (after a handshake, or the first request
+ * after a reload) takes the holder's mutex, to take a reference on the
+ * current set without racing a replace that drops the last one. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,22 +51,18 @@ typedef struct acl_rule {
     size_t nkeys;
 } acl_rule;
 
-struct kl_acl {
+struct kl_acl_set {
+    atomic_uint refs; /* the holder's, plus one per grant */
     acl_rule rules[KL_ACL_MAX_RULES];
     size_t nrules;
 };
 
-static kl_acl *fail(kl_acl *a, char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    kl_acl_free(a);
-    return NULL;
-}
+struct kl_acl {
+    pthread_mutex_t mu;        /* serialises taking references on cur */
+    _Atomic(kl_acl_set *) cur; /* one reference held by the holder */
+};
 
-void kl_acl_free(kl_acl *a)
+static void set_free(kl_acl_set *a)
 {
     if (!a)
         return;
@@ -72,9 +78,62 @@ void kl_acl_free(kl_acl *a)
     free(a);
 }
 
+static void set_release(kl_acl_set *a)
+{
+    if (a && atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1)
+        set_free(a);
+}
+
+static kl_acl *fail(kl_acl_set *a, char *err, size_t errlen, const char *fmt,
+                    ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    set_free(a);
+    return NULL;
+}
+
+void kl_acl_free(kl_acl *a)
+{
+    if (!a)
+        return;
+    set_release(atomic_load_explicit(&a->cur, memory_order_relaxed));
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+/* A reference on the set in effect. */
+static kl_acl_set *current(kl_acl *a)
+{
+    pthread_mutex_lock(&a->mu);
+    kl_acl_set *set = atomic_load_explicit(&a->cur, memory_order_acquire);
+    atomic_fetch_add_explicit(&set->refs, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&a->mu);
+    return set;
+}
+
 size_t kl_acl_count(const kl_acl *a)
 {
-    return a ? a->nrules : 0;
+    if (!a)
+        return 0;
+    kl_acl_set *set = current((kl_acl *)a);
+    size_t n = set->nrules;
+    set_release(set);
+    return n;
+}
+
+void kl_acl_replace(kl_acl *a, kl_acl *from)
+{
+    kl_acl_set *set = atomic_load_explicit(&from->cur, memory_order_relaxed);
+    atomic_store_explicit(&from->cur, NULL, memory_order_relaxed);
+    kl_acl_free(from);
+    pthread_mutex_lock(&a->mu);
+    kl_acl_set *old =
+        atomic_exchange_explicit(&a->cur, set, memory_order_acq_rel);
+    pthread_mutex_unlock(&a->mu);
+    set_release(old);
 }
 
 /* Hex with optional ':' separators into exactly n bytes. */
@@ -236,9 +295,10 @@ static const char *parse_rule(yaml_document_t *doc, yaml_node_t *n, acl_rule *r,
 kl_acl *kl_acl_parse(const char *name, const uint8_t *text, size_t len,
                      char *err, size_t errlen)
 {
-    kl_acl *a = calloc(1, sizeof *a);
+    kl_acl_set *a = calloc(1, sizeof *a);
     if (!a)
         return fail(NULL, err, errlen, "%s: out of memory", name);
+    atomic_init(&a->refs, 1);
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser))
@@ -275,7 +335,13 @@ kl_acl *kl_acl_parse(const char *name, const uint8_t *text, size_t len,
     yaml_document_delete(&doc);
     if (why)
         return fail(a, err, errlen, "%s:%lu: %s", name, line, why);
-    return a;
+    kl_acl *h = calloc(1, sizeof *h);
+    if (!h || pthread_mutex_init(&h->mu, NULL) != 0) {
+        free(h);
+        return fail(a, err, errlen, "%s: out of memory", name);
+    }
+    atomic_init(&h->cur, a);
+    return h;
 }
 
 kl_acl *kl_acl_load(const char *path, char *err, size_t errlen)
@@ -342,10 +408,10 @@ static bool client_matches(const acl_client *c, const identity *id)
     return false;
 }
 
-uint64_t kl_acl_match_cert(const kl_acl *a, const unsigned char *der,
+static uint64_t match_cert(const kl_acl_set *a, const unsigned char *der,
                            size_t len)
 {
-    if (!a || !der || !len)
+    if (!der || !len)
         return 0;
     const unsigned char *p = der;
     X509 *x = d2i_X509(NULL, &p, (long)len);
@@ -372,15 +438,33 @@ uint64_t kl_acl_match_cert(const kl_acl *a, const unsigned char *der,
     return rules;
 }
 
-uint64_t kl_acl_match_conn(const kl_acl *a, const kl_tls_conn *tls)
+uint64_t kl_acl_match_cert(kl_acl *a, const unsigned char *der, size_t len)
 {
     if (!a)
         return 0;
-    unsigned char *der = NULL;
-    size_t n = kl_tls_peer_cert_der(tls, &der);
-    uint64_t rules = kl_acl_match_cert(a, der, n);
-    free(der);
+    kl_acl_set *set = current(a);
+    uint64_t rules = match_cert(set, der, len);
+    set_release(set);
     return rules;
+}
+
+void kl_acl_grant_conn(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls)
+{
+    if (!a)
+        return;
+    kl_acl_grant_release(g);
+    g->set = current(a);
+    unsigned char *der = NULL;
+    size_t n = tls ? kl_tls_peer_cert_der(tls, &der) : 0;
+    g->rules = match_cert(g->set, der, n);
+    free(der);
+}
+
+void kl_acl_grant_release(kl_acl_grant *g)
+{
+    set_release(g->set);
+    g->set = NULL;
+    g->rules = 0;
 }
 
 static bool key_matches(const acl_key *k, const kl_key *key)
@@ -401,14 +485,21 @@ static bool key_matches(const acl_key *k, const kl_key *key)
     return false;
 }
 
-bool kl_acl_allows(const kl_acl *a, uint64_t rules, const kl_key *key)
+bool kl_acl_allows(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,
+                   const kl_key *key)
 {
     if (!a)
         return true;
-    for (size_t i = 0; rules && i < a->nrules; i++, rules >>= 1) {
+    /* A reload replaced the lists: this client's rules are looked up in
+     * the new ones (once per connection and reload). */
+    if (g->set != atomic_load_explicit(&a->cur, memory_order_acquire))
+        kl_acl_grant_conn(a, g, tls);
+    const kl_acl_set *set = g->set;
+    uint64_t rules = g->rules;
+    for (size_t i = 0; rules && i < set->nrules; i++, rules >>= 1) {
         if (!(rules & 1))
             continue;
-        const acl_rule *r = &a->rules[i];
+        const acl_rule *r = &set->rules[i];
         for (size_t j = 0; j < r->nkeys; j++)
             if (key_matches(&r->keys[j], key))
                 return true;

@@ -16,7 +16,8 @@
  * is allowed when some rule names both the client and the key; with an
  * access file, a client no rule names may use no key. A refused request is
  * answered `key not found` (the key's existence is not revealed). At most
- * 64 rules. */
+ * 64 rules. Reloadable: a new file is parsed beside the lists in effect
+ * and replaces them at once; a broken one changes nothing. */
 #ifndef KL_SERVER_ACL_H
 #define KL_SERVER_ACL_H
 
@@ -30,25 +31,46 @@
 
 #define KL_ACL_MAX_RULES 64
 
+/* The access lists in effect: a rule set that a reload can replace while
+ * the shards serve (kl_acl_replace). Rule sets are reference counted: a
+ * connection keeps the set it was matched against until it is matched
+ * again, so requests never take a lock unless the lists changed. */
 typedef struct kl_acl kl_acl;
+typedef struct kl_acl_set kl_acl_set;
+
+/* A connection's match: the rules (bit i: rule i of set) that name its
+ * client. Zero-initialised: not matched yet. Touched by one thread. */
+typedef struct kl_acl_grant {
+    kl_acl_set *set; /* a reference; NULL: not matched */
+    uint64_t rules;
+} kl_acl_grant;
 
 /* Reads and checks an access file. NULL with one message in err (naming
- * the file, line and problem) on failure. */
+ * the file, line, problem and the accepted forms) on failure. */
 kl_acl *kl_acl_load(const char *path, char *err, size_t errlen);
 /* The same from memory; name is used in messages. */
 kl_acl *kl_acl_parse(const char *name, const uint8_t *text, size_t len,
                      char *err, size_t errlen);
 void kl_acl_free(kl_acl *a);
+/* Rules in effect. */
 size_t kl_acl_count(const kl_acl *a);
+/* Reload (any thread): a's rules become those of from, at once for new
+ * matches; connections take them up at their next key request. Frees
+ * from. The previous set is freed when its last connection lets go. */
+void kl_acl_replace(kl_acl *a, kl_acl *from);
 
-/* The rules (bit i: rule i) whose clients include the holder of this
- * certificate (DER). */
-uint64_t kl_acl_match_cert(const kl_acl *a, const unsigned char *der,
-                           size_t len);
-/* The same for a connection's peer; 0 when a is NULL. */
-uint64_t kl_acl_match_conn(const kl_acl *a, const kl_tls_conn *tls);
-/* Whether one of these rules names the key; always true when a is NULL
- * (no access lists configured). */
-bool kl_acl_allows(const kl_acl *a, uint64_t rules, const kl_key *key);
+/* The rules in effect (bit i: rule i) whose clients include the holder of
+ * this certificate (DER). */
+uint64_t kl_acl_match_cert(kl_acl *a, const unsigned char *der, size_t len);
+/* After a handshake: matches the connection's peer (no-op when a is
+ * NULL). */
+void kl_acl_grant_conn(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls);
+/* Whether the client may use the key: one of its rules names it. Always
+ * true when a is NULL (no access lists configured). When the lists were
+ * replaced since g was matched, the peer (tls) is matched again first. */
+bool kl_acl_allows(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,
+                   const kl_key *key);
+/* The connection closed: lets go of its rule set. */
+void kl_acl_grant_release(kl_acl_grant *g);
 
 #endif

@@ -9,11 +9,32 @@
  * where it would delay the well-behaved clients queued behind it. The
  * handshake cap is much lower than the connection cap: authenticated
  * clients are few and long-lived, unauthenticated ones are what a flood
- * consists of. */
+ * consists of.
+ *
+ * Why a per-source cap as well: with only the global one, a single
+ * address could hold every handshake slot until its handshakes time out,
+ * and edges connecting meanwhile would be refused. Counted per IPv4
+ * address or IPv6 /64, in one table per server that every shard uses (the
+ * kernel spreads one source's connections over the shards), behind a mutex:
+ * taken twice per connection, which costs far less than its handshake. The
+ * table is sized so that it never fills: each entry holds at least one of
+ * the at most max_handshaking connections in their handshake.
+ *
+ * Why a byte cap before the handshake completes: a handshake is a few KiB
+ * (client certificates included); a client that keeps sending without
+ * completing it is not a TLS client, and is cut off before its bytes cost
+ * more than a bounded buffer, whatever OpenSSL would still accept. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "server/internal.h"
@@ -76,7 +97,156 @@ static bool take(atomic_uint *n, uint32_t cap)
     return true;
 }
 
-static void note_refusal(kl_shard *s, const char *what, uint32_t cap)
+/* ---- the per-source table: open addressing, linear probing ---- */
+
+typedef struct src_entry {
+    uint8_t addr[16];
+    uint32_t n; /* connections in their handshake; 0: free slot */
+} src_entry;
+
+struct kl_src_table {
+    pthread_mutex_t mu;
+    uint32_t per_source;
+    size_t mask;     /* slots - 1 (a power of two) */
+    uint64_t k0, k1; /* random hash keys: sources cannot aim at a slot */
+    src_entry e[];
+};
+
+kl_src_table *kl_src_table_new(uint32_t max_handshaking, uint32_t per_source,
+                               bool *oom)
+{
+    *oom = false;
+    if (per_source >= max_handshaking)
+        return NULL; /* the global cap binds first */
+    size_t slots = 16;
+    while (slots < 2 * (size_t)max_handshaking)
+        slots *= 2;
+    kl_src_table *t = calloc(1, sizeof *t + slots * sizeof(src_entry));
+    if (!t || pthread_mutex_init(&t->mu, NULL) != 0) {
+        free(t);
+        *oom = true;
+        return NULL;
+    }
+    t->per_source = per_source;
+    t->mask = slots - 1;
+    uint64_t k[2];
+    if (getrandom(k, sizeof k, GRND_NONBLOCK) != (ssize_t)sizeof k) {
+        /* no entropy yet: still distinct per process and start */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        k[0] =
+            (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+        k[1] = (uint64_t)ts.tv_sec ^ (uintptr_t)t;
+    }
+    t->k0 = k[0];
+    t->k1 = k[1];
+    return t;
+}
+
+void kl_src_table_free(kl_src_table *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static size_t home(const kl_src_table *t, const uint8_t addr[16])
+{
+    uint64_t a, b;
+    memcpy(&a, addr, 8);
+    memcpy(&b, addr + 8, 8);
+    return (size_t)(mix(mix(a ^ t->k0) ^ b ^ t->k1)) & t->mask;
+}
+
+/* The slot holding addr, or the free slot where it would go. */
+static size_t find(const kl_src_table *t, const uint8_t addr[16])
+{
+    size_t i = home(t, addr);
+    while (t->e[i].n && memcmp(t->e[i].addr, addr, 16) != 0)
+        i = (i + 1) & t->mask;
+    return i;
+}
+
+bool kl_src_take(kl_src_table *t, const uint8_t addr[16])
+{
+    pthread_mutex_lock(&t->mu);
+    src_entry *e = &t->e[find(t, addr)];
+    bool ok = e->n < t->per_source;
+    if (ok && e->n++ == 0)
+        memcpy(e->addr, addr, 16);
+    pthread_mutex_unlock(&t->mu);
+    return ok;
+}
+
+void kl_src_put(kl_src_table *t, const uint8_t addr[16])
+{
+    pthread_mutex_lock(&t->mu);
+    size_t i = find(t, addr);
+    if (t->e[i].n && --t->e[i].n == 0) {
+        /* Deletion without tombstones (backward shift): later entries of
+         * the probe run move up unless their home lies in (i, j]. */
+        for (size_t j = (i + 1) & t->mask; t->e[j].n; j = (j + 1) & t->mask) {
+            size_t k = home(t, t->e[j].addr);
+            bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+            if (!stays) {
+                t->e[i] = t->e[j];
+                t->e[j].n = 0;
+                i = j;
+            }
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+uint32_t kl_src_count(kl_src_table *t, const uint8_t addr[16])
+{
+    pthread_mutex_lock(&t->mu);
+    uint32_t n = t->e[find(t, addr)].n;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+/* IPv4 (also IPv4-mapped IPv6) as ::ffff:a.b.c.d; other IPv6 by /64. */
+static void source_of(const struct sockaddr *sa, uint8_t out[16])
+{
+    memset(out, 0, 16);
+    if (sa->sa_family == AF_INET) {
+        out[10] = out[11] = 0xff;
+        memcpy(out + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a =
+            &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        memcpy(out, a, IN6_IS_ADDR_V4MAPPED(a) ? 16 : 8);
+    }
+}
+
+static void source_text(const uint8_t addr[16], char *out, size_t cap)
+{
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0,    0,
+                                       0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(addr, mapped, 12) == 0) {
+        inet_ntop(AF_INET, addr + 12, out, (socklen_t)cap);
+        return;
+    }
+    char ip[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, addr, ip, sizeof ip);
+    snprintf(out, cap, "%s/64", ip);
+}
+
+/* ---- admission ---- */
+
+static void note_refusal(kl_shard *s, const char *what, uint32_t cap,
+                         const uint8_t *src)
 {
     /* One line per second per shard at most: the refusals of a flood are
      * counted, not logged one by one. */
@@ -84,36 +254,77 @@ static void note_refusal(kl_shard *s, const char *what, uint32_t cap)
     if (now - s->refusal_log_ns < REFUSAL_LOG_NS && s->refusal_log_ns)
         return;
     s->refusal_log_ns = now;
-    kl_warn("shard %d: %s reached (%u): closing new connections at once "
+    char from[INET6_ADDRSTRLEN + 8] = "";
+    if (src) {
+        memcpy(from, " for ", 5);
+        source_text(src, from + 5, sizeof from - 5);
+    }
+    kl_warn("shard %d: %s reached (%u)%s: closing new connections at once "
             "(counted; logged at most once a second)",
-            s->index, what, cap);
+            s->index, what, cap, from);
 }
 
-bool kl_limits_admit(kl_shard *s)
+bool kl_limits_admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
 {
     kl_server *srv = s->srv;
+    src->counted = false;
     if (!take(&srv->nconns, srv->o.max_connections)) {
         KL_COUNT(s->st.conn_refused);
-        note_refusal(s, "max_connections", srv->o.max_connections);
+        note_refusal(s, "max_connections", srv->o.max_connections, NULL);
         return false;
     }
     if (!take(&srv->nhandshaking, srv->o.max_handshaking)) {
         atomic_fetch_sub_explicit(&srv->nconns, 1, memory_order_relaxed);
         KL_COUNT(s->st.handshake_refused);
-        note_refusal(s, "max_handshaking", srv->o.max_handshaking);
+        note_refusal(s, "max_handshaking", srv->o.max_handshaking, NULL);
         return false;
+    }
+    if (srv->src_caps) {
+        source_of(sa, src->addr);
+        if (!kl_src_take(srv->src_caps, src->addr)) {
+            atomic_fetch_sub_explicit(&srv->nhandshaking, 1,
+                                      memory_order_relaxed);
+            atomic_fetch_sub_explicit(&srv->nconns, 1, memory_order_relaxed);
+            KL_COUNT(s->st.handshake_refused);
+            note_refusal(s, "max_handshaking_per_source",
+                         srv->o.max_handshaking_per_source, src->addr);
+            return false;
+        }
+        src->counted = true;
     }
     return true;
 }
 
-void kl_limits_handshake_done(kl_shard *s)
+void kl_limits_handshake_done(kl_shard *s, kl_src *src)
 {
     atomic_fetch_sub_explicit(&s->srv->nhandshaking, 1, memory_order_relaxed);
+    if (src->counted) {
+        kl_src_put(s->srv->src_caps, src->addr);
+        src->counted = false;
+    }
 }
 
-void kl_limits_release(kl_shard *s, bool handshaking)
+void kl_limits_release(kl_shard *s, bool handshaking, kl_src *src)
 {
     if (handshaking)
-        kl_limits_handshake_done(s);
+        kl_limits_handshake_done(s, src);
     atomic_fetch_sub_explicit(&s->srv->nconns, 1, memory_order_relaxed);
+}
+
+bool kl_limits_handshake_too_big(kl_conn *c)
+{
+    uint64_t max = c->shard->srv->o.max_handshake_bytes;
+    uint64_t got = kl_tls_bytes_read(c->tls);
+    if (got <= max)
+        return false;
+    kl_shard *s = c->shard;
+    KL_COUNT(s->st.handshake_failed);
+    kl_mx_handshake_failed(s, KL_HS_FAIL_PROTOCOL, NULL);
+    char why[160];
+    snprintf(why, sizeof why,
+             "%llu bytes sent without completing the handshake (more than "
+             "max_handshake_bytes, %llu)",
+             (unsigned long long)got, (unsigned long long)max);
+    kl_conn_close_with(c, KL_LOG_INFO, "TLS handshake refused", why);
+    return true;
 }

@@ -1,14 +1,18 @@
 /* Abuse resistance (issue 10): admission of new connections under the
- * connection and handshake caps, and the process-wide settings that keep
- * key material out of core dumps and give the connection cap enough file
- * descriptors. See docs/SECURITY.md. */
+ * connection and handshake caps (global and per source address), the
+ * bytes a client may send before its handshake completes, and the process-wide
+ * settings that keep key material out of core dumps and give the connection cap
+ * enough file descriptors. See docs/SECURITY.md. */
 #ifndef KL_SERVER_LIMITS_H
 #define KL_SERVER_LIMITS_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
 
 typedef struct kl_shard kl_shard;
+typedef struct kl_conn kl_conn;
 
 /* Process setup, before any key is loaded: core dumps off (RLIMIT_CORE 0
  * and PR_SET_DUMPABLE 0) unless allow_core_dumps; RLIMIT_NOFILE soft limit
@@ -17,16 +21,43 @@ typedef struct kl_shard kl_shard;
  * fatal. */
 void kl_limits_process_setup(bool allow_core_dumps, size_t max_connections);
 
-/* On the shard thread, for a socket just accepted: true when it may become
- * a connection (counted as live and handshaking); false when a cap is
- * reached - the caller closes the socket at once (counted, and logged at
- * most once a second per shard). */
-bool kl_limits_admit(kl_shard *s);
+/* Where a connection comes from, for max_handshaking_per_source: the
+ * client's IPv4 address, or the /64 of its IPv6 address (one host usually
+ * has a whole /64). counted: it holds a slot in the server's table. */
+typedef struct kl_src {
+    uint8_t addr[16];
+    bool counted;
+} kl_src;
+
+/* The per-source table of connections in their handshake (one per
+ * server, shared by the shards). NULL when per_source cannot bind
+ * (>= max_handshaking): nothing is tracked. */
+typedef struct kl_src_table kl_src_table;
+kl_src_table *kl_src_table_new(uint32_t max_handshaking, uint32_t per_source,
+                               bool *oom);
+void kl_src_table_free(kl_src_table *t);
+/* One more handshake from addr (any thread): false when it has per_source
+ * already. kl_src_put gives one back; kl_src_count tells (tests). */
+bool kl_src_take(kl_src_table *t, const uint8_t addr[16]);
+void kl_src_put(kl_src_table *t, const uint8_t addr[16]);
+uint32_t kl_src_count(kl_src_table *t, const uint8_t addr[16]);
+
+/* On the shard thread, for a socket just accepted from sa: true when it
+ * may become a connection (counted as live and handshaking, and against
+ * its source in *src); false when a cap is reached - the caller closes
+ * the socket at once (counted, and logged at most once a second per
+ * shard). */
+bool kl_limits_admit(kl_shard *s, const struct sockaddr *sa, kl_src *src);
 /* A connection finished its handshake (no longer counted as
  * handshaking). */
-void kl_limits_handshake_done(kl_shard *s);
+void kl_limits_handshake_done(kl_shard *s, kl_src *src);
 /* A connection admitted by kl_limits_admit closed; handshaking: it closed
  * before its handshake completed. */
-void kl_limits_release(kl_shard *s, bool handshaking);
+void kl_limits_release(kl_shard *s, bool handshaking, kl_src *src);
+
+/* During the handshake: true (and c closed, counted as a failed handshake,
+ * logged) when the client has sent more than max_handshake_bytes without
+ * completing it. */
+bool kl_limits_handshake_too_big(kl_conn *c);
 
 #endif

@@ -386,6 +386,12 @@ bool kl_tls_handshake_started(const kl_tls_conn *c)
     return rb && BIO_number_read(rb) > 0;
 }
 
+uint64_t kl_tls_bytes_read(const kl_tls_conn *c)
+{
+    BIO *rb = SSL_get_rbio(c->ssl);
+    return rb ? BIO_number_read(rb) : 0;
+}
+
 const char *kl_tls_last_error(const kl_tls_conn *c)
 {
     return c->err[0] ? c->err : "unknown TLS error";

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/status.h"
 
@@ -68,6 +69,8 @@ size_t kl_tls_pending(const kl_tls_conn *c);
 /* True once any byte arrived from the peer: a connection closed before
  * that is a load-balancer health check, logged at debug only (P1). */
 bool kl_tls_handshake_started(const kl_tls_conn *c);
+/* Bytes read from the socket so far (issue 10: max_handshake_bytes). */
+uint64_t kl_tls_bytes_read(const kl_tls_conn *c);
 /* Sends close_notify (best effort, never blocks long). */
 void kl_tls_shutdown(kl_tls_conn *c);
 

@@ -266,10 +266,17 @@ static inline double ha_side_stop(ha_side *s, const char *label)
 }
 
 /* The side client's p99 during an attack must stay below the larger of
- * abs_ms and factor x its p99 before (generous: a shared 2-core machine). */
+ * abs_ms and factor x its p99 before (generous: a shared 2-core machine).
+ * With keylessd under a wrapper (`make valgrind` sets KL_DAEMON_WRAPPER)
+ * the absolute bound is 20 times larger: memcheck slows keylessd 20-50x,
+ * and such a run checks that each attack is bounded and the side client
+ * served, not speed. */
 static inline void ha_expect_latency(double before, double during,
                                      double abs_ms, double factor)
 {
+    const char *wrapper = getenv("KL_DAEMON_WRAPPER");
+    if (wrapper && *wrapper)
+        abs_ms *= 20;
     double bound = before * factor > abs_ms ? before * factor : abs_ms;
     if (during > bound)
         fail_msg("side client p99 %.2f ms during the attack, %.2f ms before "

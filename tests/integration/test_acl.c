@@ -3,9 +3,13 @@
  * fingerprint; keys by directory and by SKI. An allowed request is served;
  * a refused one is answered `key not found` and logged with the client's
  * name; a client that no rule lists may use no key (pings still work). A
- * broken access file stops the start with a message naming it. */
+ * broken access file stops the start with a message naming it. On SIGHUP
+ * the file is re-read: new rules apply at once, to connections already
+ * open too; a broken file is reported (file, line, fix) and the rules in
+ * effect stay. */
 #include "test_abuse_common.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 
 static td_daemon d;
@@ -240,6 +244,141 @@ static void test_bad_access_file(void **state)
     free(out);
 }
 
+static size_t count_in_log(const char *want)
+{
+    char *log = td_read_log(&d);
+    size_t n = 0;
+    for (const char *p = log; (p = strstr(p, want)); p += strlen(want))
+        n++;
+    free(log);
+    return n;
+}
+
+/* Waits until the log holds want at least n times. */
+static void wait_log(const char *want, size_t n)
+{
+    double end = td_now_ms() + 10000;
+    while (count_in_log(want) < n) {
+        if (td_now_ms() > end) {
+            td_dump_log(&d);
+            fail_msg("no %zu x \"%s\" in the log", n, want);
+        }
+        ha_sleep_ms(20);
+    }
+}
+
+static void write_acl(const char *text)
+{
+    /* written beside and renamed, as an editor or a deployment would */
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.new", acl_path);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(rename(tmp, acl_path), 0);
+}
+
+/* SIGHUP re-reads the access file: a broken one is reported and changes
+ * nothing; a good one applies at once, also to a connection opened before
+ * (it is matched again at its next key request). */
+static void test_reload(void **state)
+{
+    size_t len = 0;
+    char *orig = tu_read_file(acl_path, &len);
+    assert_non_null(orig);
+    kl_client *a = connect_as("edge-1");
+    assert_int_equal(sign(a, ski_p256, EC), KL_ERR_NONE);
+    assert_int_equal(sign(a, ski_p384, EC), KL_ERR_KEY_NOT_FOUND);
+
+    /* broken: line 3 has an SKI of the wrong length */
+    size_t bad_before = count_in_log("keeping the 2 access rule(s) in effect");
+    write_acl("- clients: [cn:edge-1]\n"
+              "  keys: [\"*\"]\n"
+              "- {clients: [cn:edge-2], keys: [ski:1234]}\n");
+    td_signal(&d, SIGHUP);
+    wait_log("keeping the 2 access rule(s) in effect", bad_before + 1);
+    char want[1200];
+    snprintf(want, sizeof want, "reload: access_file: %s:3: a key is",
+             acl_path);
+    assert_true(count_in_log(want) >= 1);
+    assert_true(count_in_log("ski:HEX (40 hex digits)") >= 1);
+    /* the rules in effect did not change, for old and new connections */
+    assert_int_equal(sign(a, ski_p256, EC), KL_ERR_NONE);
+    assert_int_equal(sign(a, ski_rsa, RSA), KL_ERR_KEY_NOT_FOUND);
+    kl_client *b = connect_as("edge-1");
+    assert_int_equal(sign(b, ski_p256, EC), KL_ERR_NONE);
+    assert_int_equal(sign(b, ski_p384, EC), KL_ERR_KEY_NOT_FOUND);
+    kl_client_close(b);
+
+    /* good: edge-1 moves to directory b, edge-2 is no longer listed */
+    size_t ok_before = count_in_log("reload: access lists: 1 rule(s)");
+    snprintf(want, sizeof want,
+             "- clients: [cn:edge-1, cn:edge-3]\n  keys: [dir:%s]\n", dir_b);
+    write_acl(want);
+    td_signal(&d, SIGHUP);
+    wait_log("reload: access lists: 1 rule(s)", ok_before + 1);
+    /* the connection opened before the reload gets the new rules */
+    assert_int_equal(sign(a, ski_p256, EC), KL_ERR_KEY_NOT_FOUND);
+    assert_int_equal(sign(a, ski_p384, EC), KL_ERR_NONE);
+    assert_int_equal(sign(a, ski_rsa, RSA), KL_ERR_NONE);
+    kl_client_close(a);
+    kl_client *e2 = connect_as("edge-2");
+    assert_int_equal(sign(e2, ski_p384, EC), KL_ERR_KEY_NOT_FOUND);
+    td_expect_ping(&d, e2);
+    kl_client_close(e2);
+
+    /* back to the original rules for the tests after this one */
+    size_t back_before = count_in_log("reload: access lists: 2 rule(s)");
+    write_acl(orig);
+    free(orig);
+    td_signal(&d, SIGHUP);
+    wait_log("reload: access lists: 2 rule(s)", back_before + 1);
+    kl_client *c = connect_as("edge-1");
+    assert_int_equal(sign(c, ski_p256, EC), KL_ERR_NONE);
+    assert_int_equal(sign(c, ski_p384, EC), KL_ERR_KEY_NOT_FOUND);
+    kl_client_close(c);
+}
+
+/* Reloads while a client signs without pause: every request is answered
+ * under the lists in effect when it is read (both files allow it), none
+ * fails, and (under TSan) the swap races no request. */
+static void test_reload_under_load(void **state)
+{
+    char *orig = NULL;
+    size_t len = 0;
+    orig = tu_read_file(acl_path, &len);
+    assert_non_null(orig);
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "- clients: [\"*\"]\n  keys: [\"*\"]\n");
+    snprintf(b, sizeof b,
+             "- clients: [\"cn:keyless dev client\"]\n  keys: [dir:%s]\n"
+             "- clients: [cn:edge-1]\n  keys: [\"*\"]\n",
+             dir_a);
+    /* the side client (the test PKI's usual client) is allowed first */
+    size_t first = count_in_log("reload: access lists: 1 rule(s)");
+    write_acl(a);
+    td_signal(&d, SIGHUP);
+    wait_log("reload: access lists: 1 rule(s)", first + 1);
+    ha_side s;
+    ha_side_start(&s, &d, ski_p256, 0);
+    for (int i = 1; i <= 10; i++) {
+        const char *want = i % 2 ? "reload: access lists: 2 rule(s)"
+                                 : "reload: access lists: 1 rule(s)";
+        size_t before = count_in_log(want);
+        write_acl(i % 2 ? b : a);
+        td_signal(&d, SIGHUP);
+        wait_log(want, before + 1);
+        ha_sleep_ms(30);
+    }
+    ha_side_stop(&s, "during 10 reloads"); /* asserts no failure */
+    size_t before = count_in_log("reload: access lists: 2 rule(s)");
+    write_acl(orig);
+    free(orig);
+    td_signal(&d, SIGHUP);
+    wait_log("reload: access lists: 2 rule(s)", before + 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -248,6 +387,8 @@ int main(void)
         cmocka_unit_test(test_unlisted_client),
         cmocka_unit_test(test_refusals_logged),
         cmocka_unit_test(test_bad_access_file),
+        cmocka_unit_test(test_reload),
+        cmocka_unit_test(test_reload_under_load),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

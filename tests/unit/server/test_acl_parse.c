@@ -35,8 +35,46 @@ static void test_accepts(void **state)
     assert_int_equal(kl_acl_match_cert(a, NULL, 0), 0);
     assert_int_equal(kl_acl_match_cert(a, (const uint8_t *)"junk", 4), 0);
     kl_acl_free(a);
+    /* an empty list is valid: no client may use any key */
+    a = parse("[]\n", err, sizeof err);
+    assert_non_null(a);
+    assert_int_equal(kl_acl_count(a), 0);
+    kl_acl_free(a);
     /* no access lists: everything allowed */
-    assert_true(kl_acl_allows(NULL, 0, NULL));
+    kl_acl_grant g = {0};
+    assert_true(kl_acl_allows(NULL, &g, NULL, NULL));
+}
+
+/* Reload: the new rules replace the old at once; a grant taken before
+ * keeps its set alive until it is matched again or released; a grant
+ * without a peer certificate matches nothing. */
+static void test_replace(void **state)
+{
+    char err[256];
+    kl_acl *a = parse("- {clients: [cn:a], keys: [\"*\"]}\n"
+                      "- {clients: [cn:b], keys: [\"*\"]}\n",
+                      err, sizeof err);
+    assert_non_null(a);
+    kl_acl_grant g = {0};
+    kl_acl_grant_conn(a, &g, NULL);
+    assert_non_null(g.set);
+    assert_int_equal(g.rules, 0);
+    kl_acl_set *before = g.set;
+    kl_acl *b = parse("- {clients: [\"*\"], keys: [\"*\"]}\n", err, sizeof err);
+    assert_non_null(b);
+    kl_acl_replace(a, b); /* frees b */
+    assert_int_equal(kl_acl_count(a), 1);
+    assert_ptr_equal(g.set, before); /* still alive: the grant holds it */
+    kl_acl_grant_conn(a, &g, NULL);  /* matched again: the new set */
+    assert_ptr_not_equal(g.set, before);
+    kl_acl_grant_release(&g);
+    assert_null(g.set);
+    kl_acl_grant_release(&g); /* twice is harmless */
+    /* replacing with an identical copy and freeing while grants are out */
+    kl_acl_grant h = {0};
+    kl_acl_grant_conn(a, &h, NULL);
+    kl_acl_free(a);
+    kl_acl_grant_release(&h); /* the last reference frees the set */
 }
 
 static void expect_error(const char *text, const char *where, const char *what)
@@ -89,6 +127,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accepts),
         cmocka_unit_test(test_rejects),
+        cmocka_unit_test(test_replace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,261 @@
+/* Issue 10, abuse resistance per source and before authentication:
+ *  - max_handshaking_per_source: many handshakes from one address are
+ *    capped (the rest closed at accept) while another address still gets
+ *    in at once, a well-behaved client keeps its latency, and the slots
+ *    come back when the flood's connections go;
+ *  - max_handshake_bytes: a client that streams handshake bytes without
+ *    completing TLS is disconnected once it passes the cap, long before
+ *    its handshake timeout; an ordinary mutual-TLS handshake fits.
+ * Sources are different loopback addresses (127.0.0.2, 127.0.0.3: the whole
+ * of 127/8 reaches lo), chosen by binding the client socket. */
+#include "test_abuse_common.h"
+
+static td_daemon d;
+static char *dir;
+static EVP_PKEY *ec_pub;
+static uint8_t ec_ski[20];
+
+static void start(const char *name, const char *const *extra)
+{
+    dir = tp_tempdir(name);
+    tp_copy_key(dir, tp_path("keys/ecdsa-p256.key"));
+    ec_pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
+    tp_ski(ec_pub, ec_ski);
+    td_opts o = {.name = name, .key_dirs = dir, .extra = extra};
+    td_start(&d, &o);
+}
+
+static int stop(void **state)
+{
+    int st = td_stop(&d, 0);
+    EVP_PKEY_free(ec_pub);
+    tp_rmtree(dir);
+    return st == 0 ? 0 : -1;
+}
+
+static double baseline(void)
+{
+    ha_side s;
+    ha_side_start(&s, &d, ec_ski, 2);
+    ha_sleep_ms(1000);
+    return ha_side_stop(&s, "before");
+}
+
+/* A TCP connection from source address src (blocking connect: on loopback
+ * the kernel completes it from the listen backlog). */
+static int tcp_from(const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in b = {.sin_family = AF_INET};
+    assert_int_equal(inet_pton(AF_INET, src, &b.sin_addr), 1);
+    if (bind(fd, (struct sockaddr *)&b, sizeof b) != 0)
+        fail_msg("bind %s: %s", src, strerror(errno));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(d.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        fail_msg("connect from %s: %s", src, strerror(errno));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+/* A mutual-TLS handshake from src with the test client certificate, then
+ * one ping answered: true when all of it worked; *ms: how long it took. */
+static bool tls_from(const char *src, double *ms)
+{
+    double t0 = td_now_ms();
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    assert_non_null(ctx);
+    assert_int_equal(
+        SSL_CTX_use_certificate_chain_file(ctx, tp_path("client.crt")), 1);
+    assert_int_equal(SSL_CTX_use_PrivateKey_file(ctx, tp_path("client.key"),
+                                                 SSL_FILETYPE_PEM),
+                     1);
+    assert_int_equal(
+        SSL_CTX_load_verify_locations(ctx, tp_path("ca.crt"), NULL), 1);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    int fd = tcp_from(src);
+    struct timeval tv = {3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    SSL *ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    SSL_set1_host(ssl, "localhost");
+    bool ok = SSL_connect(ssl) == 1;
+    if (ok) {
+        uint8_t frame[2048], resp[2048];
+        size_t n = ha_ping_frame(frame, sizeof frame, 7, 4), got = 0;
+        ok = SSL_write_ex(ssl, frame, n, &got) == 1 && got == n;
+        size_t have = 0, want = KL_HEADER_LEN;
+        while (ok && have < want) {
+            size_t r = 0;
+            ok = SSL_read_ex(ssl, resp + have, want - have, &r) == 1;
+            have += r;
+            if (ok && have == KL_HEADER_LEN && want == KL_HEADER_LEN)
+                want += (size_t)resp[2] << 8 | resp[3];
+            ok = ok && want <= sizeof resp;
+        }
+        /* a pong with the ping's id */
+        kl_header h;
+        kl_response rsp;
+        ok = ok && kl_header_decode(resp, have, &h) == KL_OK &&
+             kl_response_parse(&h, resp + KL_HEADER_LEN, have - KL_HEADER_LEN,
+                               &rsp) == KL_OK &&
+             h.id == 7 && rsp.opcode == KL_OP_PONG;
+    }
+    ERR_clear_error();
+    SSL_free(ssl);
+    close(fd);
+    SSL_CTX_free(ctx);
+    *ms = td_now_ms() - t0;
+    return ok;
+}
+
+static size_t count_closed(const int *fd, size_t n)
+{
+    size_t closed = 0;
+    for (size_t i = 0; i < n; i++)
+        closed += ha_peer_closed(fd[i]);
+    return closed;
+}
+
+static int setup_per_source(void **state)
+{
+    static const char *extra[] = {"--handshake-timeout=5s",
+                                  "--max-handshaking=200",
+                                  "--max-handshaking-per-source=20", NULL};
+    start("abuse-sources", extra);
+    return 0;
+}
+
+/* 100 connections from 127.0.0.2 that never speak TLS: 20 are kept in
+ * their handshake, 80 closed at once. Meanwhile 127.0.0.3 connects and is
+ * served at once, 127.0.0.2 cannot, and a client on 127.0.0.1 keeps its
+ * latency. When the flood goes, 127.0.0.2 gets in again. */
+static void test_per_source_cap(void **state)
+{
+    enum { N = 100, CAP = 20 };
+    double before = baseline();
+    ha_side s;
+    ha_side_start(&s, &d, ec_ski, 2);
+    int fd[N];
+    for (int i = 0; i < N; i++)
+        fd[i] = tcp_from("127.0.0.2");
+    size_t closed = 0;
+    double end = td_now_ms() + 5000;
+    while ((closed = count_closed((const int *)fd, N)) < N - CAP &&
+           td_now_ms() < end)
+        ha_sleep_ms(20);
+    ha_sleep_ms(100); /* nothing more is closed: the 20 are held */
+    closed = count_closed(fd, N);
+    print_message("100 connections from 127.0.0.2: %zu closed at once\n",
+                  closed);
+    assert_int_equal(closed, N - CAP);
+
+    /* another source is served at once; this one is not */
+    double ms;
+    assert_true(tls_from("127.0.0.3", &ms));
+    print_message("127.0.0.3 during the flood: handshake and ping in "
+                  "%.1f ms\n",
+                  ms);
+    assert_true(ms < 1000);
+    assert_false(tls_from("127.0.0.2", &ms));
+    /* and 127.0.0.3 has its own 20 */
+    int other[CAP];
+    for (int i = 0; i < CAP; i++)
+        other[i] = tcp_from("127.0.0.3");
+    ha_sleep_ms(200);
+    assert_int_equal(count_closed(other, CAP), 0);
+    for (int i = 0; i < CAP; i++)
+        close(other[i]);
+    double during = ha_side_stop(&s, "during the per-source flood");
+    ha_expect_latency(before, during, 50, 5);
+
+    /* the flood goes: its slots come back */
+    for (int i = 0; i < N; i++)
+        close(fd[i]);
+    ha_sleep_ms(300);
+    assert_true(tls_from("127.0.0.2", &ms));
+    char *log = td_read_log(&d);
+    assert_non_null(
+        strstr(log, "max_handshaking_per_source reached (20) for 127.0.0.2"));
+    free(log);
+}
+
+static int setup_bytes(void **state)
+{
+    static const char *extra[] = {"--max-handshake-bytes=4096", NULL};
+    start("abuse-hsbytes", extra);
+    return 0;
+}
+
+/* A ClientHello announced as 12,000 bytes and sent in 512-byte records, one
+ * every 10 ms: OpenSSL would wait for all of it; keylessd closes the
+ * connection once it has read more than 4096 bytes, well before the
+ * handshake timeout (10 s). An ordinary mutual-TLS handshake fits in 4096
+ * bytes, and the side client is not disturbed. */
+static void test_handshake_bytes(void **state)
+{
+    enum { MSG = 12000, FRAG = 512 };
+    double ms;
+    assert_true(tls_from("127.0.0.1", &ms));
+    double before = baseline();
+    ha_side s;
+    ha_side_start(&s, &d, ec_ski, 2);
+    int fd = tcp_from("127.0.0.2");
+    uint8_t rec[5 + FRAG];
+    memset(rec, 0, sizeof rec);
+    size_t sent = 0; /* handshake message bytes */
+    double t0 = td_now_ms(), closed_ms = 0;
+    size_t closed_after = 0;
+    while (sent < MSG) {
+        size_t off = 5, len = FRAG;
+        if (sent == 0) {
+            /* ClientHello, 3-byte length; the rest is zeros (never parsed:
+             * the message is not complete before the cap) */
+            rec[5] = 0x01;
+            rec[6] = (uint8_t)(MSG >> 16);
+            rec[7] = (uint8_t)(MSG >> 8);
+            rec[8] = (uint8_t)MSG;
+        } else {
+            memset(rec + 5, 0, 4);
+        }
+        rec[0] = 0x16; /* handshake record */
+        rec[1] = 0x03;
+        rec[2] = 0x01;
+        rec[3] = (uint8_t)(len >> 8);
+        rec[4] = (uint8_t)len;
+        if (send(fd, rec, off + len, MSG_NOSIGNAL) != (ssize_t)(off + len) ||
+            (ha_sleep_ms(10), ha_peer_closed(fd))) {
+            closed_ms = td_now_ms() - t0;
+            closed_after = sent + len;
+            break;
+        }
+        sent += len;
+    }
+    close(fd);
+    double during = ha_side_stop(&s, "during the handshake stream");
+    print_message("streamed handshake: closed after %zu bytes, %.0f ms\n",
+                  closed_after, closed_ms);
+    assert_true(closed_after > 0); /* closed before the message was whole */
+    assert_true(closed_after <= 4096 + 2 * (FRAG + 5));
+    assert_true(closed_ms < 2000);
+    ha_expect_latency(before, during, 50, 5);
+    /* a full handshake still fits */
+    assert_true(tls_from("127.0.0.2", &ms));
+    char *log = td_read_log(&d);
+    assert_non_null(strstr(log, "more than max_handshake_bytes, 4096"));
+    free(log);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_per_source_cap, setup_per_source,
+                                        stop),
+        cmocka_unit_test_setup_teardown(test_handshake_bytes, setup_bytes,
+                                        stop),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
