@@ -154,10 +154,10 @@ if len(idle) >= 3:
     per = (r1 - r0) / n
     targets.append((f"memory per idle connection ({n:,} connections)", "<= 40 KB",
                     f"{fmt(per, 1)} KB (RSS {r0:,} KB -> {r1:,} KB)", verdict(per <= 40)))
-for what, t in (("memory under any client behaviour", "<= 200 MB"),
-                ("100,000 EC keys: load time, throughput", "<= 5 s, within 5%"),
-                ("reconnect storm, 10,000 clients", ">= 99% resumed in 5 s")):
-    targets.append((what, t, "-", "not measured by this run"))
+# the scale and storm rows (bench/scale.sh wrote them; scale.py reads them)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import scale  # noqa: E402
+targets += scale.rows(work)
 
 machine = sh("lscpu | grep -E '^(Model name|CPU\\(s\\)|Thread|Core|Socket|Hypervisor)' | sed 's/  */ /g'")
 lines = []
@@ -256,5 +256,43 @@ else:
     lines.append("")
     lines.append("(no chart: gnuplot is not installed - `apt-get install gnuplot-nox`)")
 
+lines.append("")
+lines += scale.section(work, smoke)
+
+# Sections of RESULTS.md that this script does not write - added by other
+# scripts (bench/run.sh --remote prints "Geo routing (remote path)") or by
+# hand ("Reading this run", "Hardening runs") - are kept verbatim, in
+# their order, after the generated ones: a full run must not delete them.
+OWNED = ("Ceiling", "Targets", "Scenarios", "Commands", "Chart", "Scale and storm scenarios")
+
+
+def md_sections(text):
+    """[heading, text] of every '## ' section, in order; text is verbatim
+    (heading line included) up to the next '## ' outside a code fence."""
+    secs, cur, fence = [], None, False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("```"):
+            fence = not fence
+        if not fence and line.startswith("## "):
+            cur = [line[3:].strip(), line]
+            secs.append(cur)
+        elif cur is not None:
+            cur[1] += line
+    return secs
+
+
+def owned(heading, generated):
+    base = heading.split(" (")[0].strip()
+    return base in generated or any(
+        heading == p or heading.startswith(p + " ") or heading.startswith(p + ":") for p in OWNED)
+
+
+text = "\n".join(lines) + "\n"
+generated = {h.split(" (")[0].strip() for h, _ in md_sections(text)}
+kept = [sec for h, sec in md_sections(read(f"{out}/RESULTS.md") + "\n") if not owned(h, generated)]
+for sec in kept:
+    if not text.endswith("\n\n"):
+        text += "\n"
+    text += sec.rstrip("\n") + "\n"
 with open(f"{out}/RESULTS.md", "w") as f:
-    f.write("\n".join(lines) + "\n")
+    f.write(text)

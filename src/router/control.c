@@ -4,11 +4,14 @@
  * and for symlink swaps alike), re-read on kl_router_reload (SIGHUP), and
  * rebuilt every dns_refresh_ms when it has `dns:` entries.
  *
- * DNS is deliberately simple: getaddrinfo() on the control thread every
- * dns_refresh_ms (a fixed interval standing in for the record's TTL, which
- * getaddrinfo does not report), one remote per address; the new table is
- * installed only when the set of addresses changed, so remotes that stay
- * keep their connections and latency history.
+ * DNS (dns.c): each `dns:` name's A and AAAA records are fetched with
+ * their TTL, one remote per address, and the names are resolved again when
+ * the smallest TTL runs out (clamped to [dns_ttl_floor_ms,
+ * dns_ttl_ceiling_ms]; dns_refresh_ms for names without a TTL, as from
+ * /etc/hosts, and as the retry after a failure, during which the previous
+ * table and its addresses stay). The new table is installed only when the
+ * set of addresses changed, so remotes that stay keep their connections
+ * and latency history.
  *
  * Builds run on the control thread or the reload caller, never on the
  * router thread (DNS blocks); a finished table is handed to the router
@@ -17,6 +20,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,35 +29,40 @@
 
 #include "core/log.h"
 #include "core/time.h"
+#include "router/dns.h"
 #include "router/router_int.h"
+
+/* One table build's DNS: where to ask, and the smallest TTL among the
+ * records of all its `dns:` names (when the table is next due). */
+typedef struct dns_ctx {
+    const kl_router *r;
+    uint32_t ttl;
+} dns_ctx;
 
 static size_t resolve(const char *host, char (*out)[64], size_t max, void *arg)
 {
-    (void)arg;
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0)
-        return 0;
-    size_t n = 0;
-    for (struct addrinfo *a = res; a && n < max; a = a->ai_next) {
-        char text[64];
-        const void *p =
-            a->ai_family == AF_INET
-                ? (const void *)&((struct sockaddr_in *)a->ai_addr)->sin_addr
-                : (const void *)&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr;
-        if ((a->ai_family != AF_INET && a->ai_family != AF_INET6) ||
-            !inet_ntop(a->ai_family, p, text, sizeof text))
-            continue;
-        bool dup = false;
-        for (size_t i = 0; i < n; i++)
-            dup |= !strcmp(out[i], text);
-        if (!dup)
-            snprintf(out[n++], 64, "%s", text);
-    }
-    freeaddrinfo(res);
+    dns_ctx *d = arg;
+    uint32_t ttl;
+    size_t n = kl_rt_dns_resolve(d->r->o.dns_server, d->r->o.connect_timeout_ms,
+                                 host, out, max, &ttl);
+    if (n && ttl < d->ttl)
+        d->ttl = ttl;
     return n;
+}
+
+/* When the `dns:` names are due again: their records' TTL within
+ * [dns_ttl_floor_ms, dns_ttl_ceiling_ms]; dns_refresh_ms when no record
+ * carried one (names from /etc/hosts) and after a failed resolution. */
+static uint64_t dns_due_ms(const kl_router *r, bool ok, uint32_t ttl)
+{
+    const kl_router_opts *o = &r->o;
+    uint64_t ms = !ok || ttl == KL_RT_DNS_NO_TTL ? (uint64_t)o->dns_refresh_ms
+                                                 : (uint64_t)ttl * 1000u;
+    if (ms < (uint64_t)o->dns_ttl_floor_ms)
+        ms = (uint64_t)o->dns_ttl_floor_ms;
+    if (ms > (uint64_t)o->dns_ttl_ceiling_ms)
+        ms = (uint64_t)o->dns_ttl_ceiling_ms;
+    return ms;
 }
 
 /* FNV-1a over the servers' names and addresses: did DNS change anything? */
@@ -79,13 +88,19 @@ static kl_status build(kl_router *r, bool force, char *err, size_t errlen)
     struct stat st;
     bool have_st = stat(r->table_file, &st) == 0;
     kl_rt_table *t = NULL;
+    dns_ctx dns = {r, KL_RT_DNS_NO_TTL};
     kl_status s =
-        kl_rt_table_load(r->table_file, resolve, NULL, &t, err, errlen);
+        kl_rt_table_load(r->table_file, resolve, &dns, &t, err, errlen);
     if (have_st) {
         r->table_mtime = st.st_mtim;
         r->table_ino = st.st_ino;
         r->table_size = st.st_size;
     }
+    /* a failed resolution is retried on dns_refresh_ms; the previous
+     * table, with the addresses it had, stays meanwhile */
+    r->dns_next_ms = kl_now_ms() + dns_due_ms(r, s == KL_OK, dns.ttl);
+    if (s == KL_OK)
+        r->dns_ttl_s = dns.ttl;
     if (s != KL_OK) {
         KL_RT_INC(r, reload_errors);
         return s;
@@ -100,6 +115,7 @@ static kl_status build(kl_router *r, bool force, char *err, size_t errlen)
     pthread_mutex_lock(&r->mu);
     kl_rt_table *old = r->pending; /* never installed: superseded */
     r->pending = t;
+    r->handed_gen++;
     pthread_mutex_unlock(&r->mu);
     kl_rt_table_free(old);
     KL_RT_INC(r, reloads);
@@ -121,13 +137,15 @@ static bool file_changed(kl_router *r)
 static void *control_main(void *arg)
 {
     kl_router *r = arg;
-    uint64_t next_dns = kl_now_ms() + (uint64_t)r->o.dns_refresh_ms;
     pthread_mutex_lock(&r->build_mu);
     while (!r->control_stop) {
-        int wait_ms =
-            r->o.reload_poll_ms > 0 ? r->o.reload_poll_ms : r->o.dns_refresh_ms;
-        if (r->has_dns && r->o.dns_refresh_ms < wait_ms)
-            wait_ms = r->o.dns_refresh_ms;
+        uint64_t now = kl_now_ms();
+        int wait_ms = r->o.reload_poll_ms > 0 ? r->o.reload_poll_ms : 3600000;
+        if (r->has_dns)
+            wait_ms = r->dns_next_ms <= now ? 0
+                      : r->dns_next_ms - now < (uint64_t)wait_ms
+                          ? (int)(r->dns_next_ms - now)
+                          : wait_ms;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)wait_ms * 1000000ull;
@@ -144,12 +162,20 @@ static void *control_main(void *arg)
                         err);
             else
                 kl_info("router: routing table %s reloaded", r->table_file);
-        } else if (r->has_dns && kl_now_ms() >= next_dns) {
-            next_dns = kl_now_ms() + (uint64_t)r->o.dns_refresh_ms;
-            if (build(r, false, err, sizeof err) != KL_OK)
-                kl_warn("router: DNS refresh failed, the previous table "
-                        "stays: %s",
-                        err);
+        } else if (r->has_dns && kl_now_ms() >= r->dns_next_ms) {
+            /* one warning per outage, not one per retry */
+            if (build(r, false, err, sizeof err) != KL_OK) {
+                if (!r->dns_failing++)
+                    kl_warn("router: DNS refresh failed, the previous table "
+                            "and its addresses stay; retrying every %d ms: "
+                            "%s",
+                            r->o.dns_refresh_ms, err);
+            } else if (r->dns_failing) {
+                kl_info("router: DNS refresh works again after %u failed "
+                        "attempt(s)",
+                        r->dns_failing);
+                r->dns_failing = 0;
+            }
         }
     }
     pthread_mutex_unlock(&r->build_mu);
@@ -181,12 +207,29 @@ void kl_rt_control_stop(kl_router *r)
     r->control_started = false;
 }
 
+/* Returns once the new table is in effect: a request that arrives after
+ * a SIGHUP reload finds the routes it installed (kl_router_has_key reads
+ * the installed table, not the one just built). */
 kl_status kl_router_reload(kl_router *r, char *err, size_t errlen)
 {
     pthread_mutex_lock(&r->build_mu);
     kl_status st = build(r, true, err, errlen);
     pthread_mutex_unlock(&r->build_mu);
+    if (st == KL_OK)
+        kl_rt_wait_installed(r);
     return st;
+}
+
+void kl_rt_wait_installed(kl_router *r)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5; /* the router thread installs within microseconds */
+    pthread_mutex_lock(&r->mu);
+    while (r->installed_gen < r->handed_gen && !r->stopped && r->thread_started)
+        if (pthread_cond_timedwait(&r->install_cv, &r->mu, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&r->mu);
 }
 
 static kl_remote *find_remote(kl_router *r, const kl_rt_server *s)
@@ -221,11 +264,19 @@ void kl_rt_install(kl_router *r, kl_rt_table *t)
         if (fresh)
             kl_remote_start(rm); /* opened in advance, probed now */
     }
-    pthread_mutex_lock(&r->mu);
     kl_rt_table *old = r->table;
     r->table = t;
-    pthread_mutex_unlock(&r->mu);
-    kl_rt_table_free(old);
+    atomic_store(&r->published, t); /* kl_router_has_key: no lock */
+    if (old) {
+        /* a shard may still be reading it: freed once none is */
+        while (r->nretired == sizeof r->retired / sizeof r->retired[0]) {
+            kl_rt_retire_reap(r, false); /* a reader holds it for ~100 ns */
+            if (r->nretired)
+                sched_yield();
+        }
+        r->retired[r->nretired++] = old;
+        kl_rt_retire_reap(r, false);
+    }
     KL_RT_INC(r, generation);
     kl_info("router: routing table installed: %zu servers, %zu keys",
             t->nservers, t->nkeys);

@@ -13,7 +13,10 @@
  * - Grown on load: another connection only when every connection carries
  *   conn_inflight_threshold requests (one lossy TCP connection stalls all
  *   that is multiplexed on it), within max_conns_per_remote and the
- *   process's descriptor budget (4 per kl_target).
+ *   process's descriptor budget (4 per kl_target); and shrunk when the load
+ *   is gone: a connection beyond the remote's first that carried nothing
+ *   for conn_idle_ms is closed at the next probe round (the first stays:
+ *   it is the one opened in advance).
  * - Latency: EWMA over pings and live requests, and a window of the last
  *   KL_RT_SAMPLES round trips whose p99 sets the per-attempt timeout:
  *   p99 x timeout_p99_factor within [timeout_floor_ms, timeout_ceiling_ms]
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/time.h"
 #include "router/router_int.h"
 
 static const uint8_t probe_bytes[] = "kl-router-probe";
@@ -97,6 +101,8 @@ static kl_upconn *conn_new(kl_remote *rm)
     }
     c->watching = true;
     c->rm = rm;
+    kl_rt_stall_init(c);
+    c->idle_since = kl_now_ns();
     rm->conns[rm->nconns++] = c;
     r->fds += KL_RT_FDS_PER_CONN;
     return c;
@@ -104,12 +110,20 @@ static kl_upconn *conn_new(kl_remote *rm)
 
 void kl_remote_sample(kl_remote *rm, uint64_t rtt_ns)
 {
-    uint64_t us = rtt_ns / 1000;
-    rm->samples_us[rm->sample_pos] =
-        us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
-    rm->sample_pos = (rm->sample_pos + 1) % KL_RT_SAMPLES;
-    if (rm->nsamples < KL_RT_SAMPLES)
-        rm->nsamples++;
+    kl_remote_sample2(rm, rtt_ns, rtt_ns);
+}
+
+/* latency_ns (submit to answer, queueing included) feeds the EWMA that
+ * orders the routes; wait_ns, when not 0, feeds the window whose p99 sets
+ * the attempt timeout: how long a request waited for the first answer
+ * the connection gave after it was sent (kl_upconn_progress) - the
+ * silence the timeout is compared with (stall.c). A request queued behind
+ * a burst is answered while answers stream and gives no sample, so a
+ * burst (latencies of seconds, an answer every millisecond) does not
+ * inflate the time it takes to notice a stall afterwards. */
+void kl_remote_sample2(kl_remote *rm, uint64_t latency_ns, uint64_t wait_ns)
+{
+    uint64_t rtt_ns = latency_ns;
     if (!rm->measured) {
         rm->ewma_ns = (double)rtt_ns;
         rm->measured = true;
@@ -117,6 +131,14 @@ void kl_remote_sample(kl_remote *rm, uint64_t rtt_ns)
         double w = rm->r->o.ewma_weight_pct / 100.0;
         rm->ewma_ns += w * ((double)rtt_ns - rm->ewma_ns);
     }
+    if (!wait_ns)
+        return;
+    uint64_t us = wait_ns / 1000;
+    rm->samples_us[rm->sample_pos] =
+        us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+    rm->sample_pos = (rm->sample_pos + 1) % KL_RT_SAMPLES;
+    if (rm->nsamples < KL_RT_SAMPLES)
+        rm->nsamples++;
     /* the p99 of the window, recomputed every 16 samples (a sort of 128) */
     if (++rm->since_p99 < 16 && rm->p99_ns)
         return;
@@ -155,6 +177,8 @@ static void on_probe(void *arg, const kl_result *res)
     kl_upconn *c = arg;
     kl_remote *rm = c->rm;
     c->probing = false;
+    uint64_t wait_ns =
+        res->status == KL_OK ? kl_upconn_progress(c, c->probe_sent_ns) : 0;
     if (res->status == KL_OK && res->opcode == KL_OP_PONG) {
         /* a probe that waited for the handshake measured the handshake:
          * measure again at once, on the connection now up */
@@ -163,7 +187,7 @@ static void on_probe(void *arg, const kl_result *res)
             if (!rm->measured)
                 kl_debug("router: remote %s measured (ping %.1f ms)", rm->name,
                          (double)res->elapsed_ns / 1e6);
-            kl_remote_sample(rm, res->elapsed_ns);
+            kl_remote_sample2(rm, res->elapsed_ns, wait_ns);
         }
         if (!rm->up)
             kl_info("router: remote %s is up (ping %.1f ms)", rm->name,
@@ -174,6 +198,10 @@ static void on_probe(void *arg, const kl_result *res)
             probe(c);
         return;
     }
+    /* answers came back while the pong did not: a busy connection (the
+     * ping waits behind a burst), not a dead one */
+    if (res->status == KL_E_TIMEOUT && c->progress_ns > c->probe_sent_ns)
+        return;
     if (rm->up)
         kl_warn("router: remote %s is down: ping %s", rm->name,
                 kl_status_str(res->status));
@@ -196,6 +224,7 @@ static void probe(kl_upconn *c)
     kl_request_spec ping = {.opcode = KL_OP_PING,
                             .payload = probe_bytes,
                             .payload_len = sizeof probe_bytes - 1};
+    c->probe_sent_ns = kl_now_ns();
     if (kl_async_submit(c->t, &ping, timeout, on_probe, c, &c->probe_handle) ==
         KL_OK)
         c->probing = true;
@@ -208,15 +237,25 @@ void kl_remote_start(kl_remote *rm)
         probe(c);
 }
 
+/* The first connection below the threshold, in order: load fills the
+ * connections one after the other, so that the extra ones carry nothing
+ * once it drops and close_idle can let them go (spreading a light load
+ * over all of them would keep every one busy forever). When every one is
+ * at the threshold: the least loaded, and another connection is opened. */
 kl_upconn *kl_remote_conn(kl_remote *rm)
 {
+    uint32_t threshold = (uint32_t)rm->r->o.conn_inflight_threshold;
     kl_upconn *best = NULL;
     for (unsigned i = 0; i < rm->nconns; i++) {
         kl_upconn *c = rm->conns[i];
-        if (!c->dead && (!best || c->inflight < best->inflight))
+        if (c->dead)
+            continue;
+        if (c->inflight < threshold)
+            return c;
+        if (!best || c->inflight < best->inflight)
             best = c;
     }
-    if (!best || best->inflight >= (uint32_t)rm->r->o.conn_inflight_threshold) {
+    if (!best || best->inflight >= threshold) {
         kl_upconn *nc = conn_new(rm);
         if (nc) {
             probe(nc); /* connects it now; requests stay on best meanwhile */
@@ -227,6 +266,8 @@ kl_upconn *kl_remote_conn(kl_remote *rm)
     return best;
 }
 
+static void close_idle(kl_remote *rm);
+
 void kl_remote_probe_all(kl_router *r)
 {
     for (kl_remote *rm = r->remotes; rm; rm = rm->next) {
@@ -234,35 +275,104 @@ void kl_remote_probe_all(kl_router *r)
             continue;
         if (!rm->nconns)
             (void)conn_new(rm);
+        close_idle(rm);
         for (unsigned i = 0; i < rm->nconns; i++)
             probe(rm->conns[i]);
     }
 }
 
+/* Appended: the watched list stays in the order the attempts were sent,
+ * so the attempt timeout looks at its head only (stall.c). */
 void kl_upconn_attach(kl_upconn *c, kl_rreq *q)
 {
     q->conn = c;
-    q->aprev = NULL;
-    q->anext = c->attempts;
-    if (c->attempts)
-        c->attempts->aprev = q;
-    c->attempts = q;
+    q->waiting = false;
+    q->sent_ns = kl_now_ns();
+    q->anext = NULL;
+    q->aprev = c->attempts_tail;
+    if (c->attempts_tail)
+        c->attempts_tail->anext = q;
+    else
+        c->attempts = q;
+    c->attempts_tail = q;
     c->inflight++;
     c->rm->inflight++;
+    kl_rt_stall_arm(c);
+}
+
+static void unlink_attempt(kl_upconn *c, kl_rreq *q)
+{
+    if (q->waiting) {
+        if (q->aprev)
+            q->aprev->anext = q->anext;
+        else
+            c->waiting = q->anext;
+        if (q->anext)
+            q->anext->aprev = q->aprev;
+    } else {
+        if (q->aprev)
+            q->aprev->anext = q->anext;
+        else
+            c->attempts = q->anext;
+        if (q->anext)
+            q->anext->aprev = q->aprev;
+        else
+            c->attempts_tail = q->aprev;
+    }
+    q->aprev = q->anext = NULL;
+}
+
+void kl_upconn_wait(kl_upconn *c, kl_rreq *q)
+{
+    unlink_attempt(c, q);
+    q->waiting = true;
+    q->anext = c->waiting;
+    if (c->waiting)
+        c->waiting->aprev = q;
+    c->waiting = q;
+}
+
+uint64_t kl_upconn_progress(kl_upconn *c, uint64_t since_ns)
+{
+    uint64_t now = kl_now_ns(), prev = c->progress_ns;
+    c->progress_ns = now;
+    /* only a request the connection had not answered anything since
+     * measures a silence worth a sample: one answered while answers were
+     * streaming measures the gap between two answers, and those (a
+     * millisecond in a burst) would drag the p99 below the round trip */
+    return since_ns >= prev && now > since_ns ? now - since_ns : 0;
 }
 
 void kl_upconn_detach(kl_upconn *c, kl_rreq *q)
 {
-    if (q->aprev)
-        q->aprev->anext = q->anext;
-    else
-        c->attempts = q->anext;
-    if (q->anext)
-        q->anext->aprev = q->aprev;
-    q->aprev = q->anext = NULL;
+    unlink_attempt(c, q);
+    q->waiting = false;
     q->conn = NULL;
     c->inflight--;
     c->rm->inflight--;
+    if (!c->inflight)
+        c->idle_since = kl_now_ns();
+}
+
+/* Extra connections that carried nothing for conn_idle_ms: closed (by
+ * kl_remote_reap, as dead ones are), keeping one. */
+static void close_idle(kl_remote *rm)
+{
+    uint64_t now = kl_now_ns();
+    uint64_t idle_ns = (uint64_t)rm->r->o.conn_idle_ms * 1000000ull;
+    unsigned live = 0;
+    for (unsigned i = 0; i < rm->nconns; i++)
+        live += !rm->conns[i]->dead;
+    for (unsigned i = 0; i < rm->nconns && live > 1; i++) {
+        kl_upconn *c = rm->conns[i];
+        if (c->dead || c->inflight || now - c->idle_since < idle_ns)
+            continue;
+        c->dead = true;
+        live--;
+        rm->idle_closed++;
+        kl_debug("router: remote %s: idle connection closed (%u left)",
+                 rm->name, live);
+    }
 }
 
 /* Closes a connection; what was in flight on it tries its next remote. */
@@ -272,8 +382,8 @@ static void conn_close(kl_upconn *c)
     kl_router *r = rm->r;
     pthread_mutex_lock(&r->mu); /* kl_router_cancel reads q->conn */
     kl_rreq *orphans = NULL;
-    while (c->attempts) {
-        kl_rreq *q = c->attempts;
+    while (c->attempts || c->waiting) {
+        kl_rreq *q = c->attempts ? c->attempts : c->waiting;
         kl_upconn_detach(c, q);
         q->anext = orphans;
         orphans = q;
@@ -281,6 +391,7 @@ static void conn_close(kl_upconn *c)
     pthread_mutex_unlock(&r->mu);
     if (c->watching)
         kl_watch_stop(r->loop, &c->watch);
+    kl_timer_stop(r->loop, &c->stall_timer);
     kl_target_free(c->t); /* drops its requests without callbacks */
     r->fds -= KL_RT_FDS_PER_CONN;
     for (unsigned i = 0; i < rm->nconns; i++)
@@ -340,6 +451,7 @@ void kl_remote_stats_fill(const kl_remote *rm, kl_remote_stats *out)
     out->p99_ms = rm->p99_ns ? (double)rm->p99_ns / 1e6 : -1.0;
     out->timeout_ms = kl_remote_timeout_ms(rm);
     out->conns = rm->nconns;
+    out->idle_closed = rm->idle_closed;
     out->sent = rm->sent;
     out->ok = rm->ok;
     out->failed = rm->failed;

@@ -15,46 +15,62 @@
 
 #include "core/log.h"
 #include "core/time.h"
+#include "router/dns.h"
 #include "router/router_int.h"
 
 #define MS 1000000ull
 
 /* ---- finishing ------------------------------------------------------- */
 
+/* The hand-over from other threads: a few pointer writes under inbox_mu,
+ * which nothing holds for longer (a shard must never wait for the router
+ * thread's system calls - that would be head-of-line blocking again). */
 static void inbox_push(kl_router *r, kl_rreq *q)
 {
-    /* mu held */
-    if (q->queued)
-        return;
-    q->queued = true;
-    q->inbox_next = NULL;
-    if (r->inbox_tail)
-        r->inbox_tail->inbox_next = q;
-    else
-        r->inbox_head = q;
-    r->inbox_tail = q;
+    pthread_mutex_lock(&r->inbox_mu);
+    if (!q->queued) {
+        q->queued = true;
+        q->inbox_next = NULL;
+        if (r->inbox_tail)
+            r->inbox_tail->inbox_next = q;
+        else
+            r->inbox_head = q;
+        r->inbox_tail = q;
+    }
+    pthread_mutex_unlock(&r->inbox_mu);
+}
+
+/* Whether q sits in the inbox (mu held: so that cancel cannot queue it
+ * meanwhile). */
+static bool queued(kl_router *r, kl_rreq *q)
+{
+    pthread_mutex_lock(&r->inbox_mu);
+    bool in = q->queued;
+    pthread_mutex_unlock(&r->inbox_mu);
+    return in;
 }
 
 void kl_rt_finish(kl_rreq *q, uint8_t err, const uint8_t *payload, size_t len)
 {
     kl_router *r = q->r;
-    pthread_mutex_lock(&r->mu); /* kl_router_route adds to the list */
+    pthread_mutex_lock(&r->mu); /* the live list: cancel and stats read it */
     if (q->live_prev)
         q->live_prev->live_next = q->live_next;
     else
         r->live = q->live_next;
     if (q->live_next)
         q->live_next->live_prev = q->live_prev;
-    r->nlive--;
+    q->live_prev = q->live_next = NULL;
     pthread_mutex_unlock(&r->mu);
+    atomic_fetch_sub(&r->nlive, 1);
     if (err == KL_ERR_NONE)
         KL_RT_INC(r, answered);
     q->done(q->arg, err, payload, len);
     pthread_mutex_lock(&r->mu);
-    bool queued = q->queued;
+    bool in_inbox = queued(r, q);
     q->done = NULL; /* finished: the inbox frees it if it is queued */
     pthread_mutex_unlock(&r->mu);
-    if (!queued)
+    if (!in_inbox)
         free(q);
 }
 
@@ -80,6 +96,7 @@ static void on_answer(void *arg, const kl_result *res);
 void kl_rt_attempt_failed(kl_rreq *q)
 {
     kl_router *r = q->r;
+    kl_trace_attempt_end(r->o.tracer, &q->tra, "connection lost", true);
     pthread_mutex_lock(&r->mu);
     bool cancelled = q->cancelled;
     pthread_mutex_unlock(&r->mu);
@@ -127,13 +144,22 @@ void kl_rt_next_attempt(kl_rreq *q)
         kl_upconn *c = kl_remote_conn(rm);
         if (!c)
             continue;
+        /* libkeyless gets the request's whole budget, so the remote sees
+         * the real deadline (P9 deadline_ms) and queues the request rather
+         * than shedding it for missing a 20 ms attempt timeout; the
+         * attempt timeout is the router's own (stall.c): it ends an
+         * attempt only when the connection stops answering */
         uint64_t left_ms = (q->deadline_ns - now) / MS;
-        int timeout = kl_remote_timeout_ms(rm);
-        if ((uint64_t)timeout > left_ms)
-            timeout = left_ms ? (int)left_ms : 1;
+        int timeout = left_ms > INT32_MAX ? INT32_MAX
+                      : left_ms           ? (int)left_ms
+                                          : 1;
+        /* issue 11: route-choice span; the attempt's id goes upstream */
+        kl_trace_attempt_begin(r->o.tracer, &q->tra, now, rm->name, rm->region,
+                               (unsigned)n);
         pthread_mutex_lock(&r->mu);
         if (q->cancelled) {
             pthread_mutex_unlock(&r->mu);
+            kl_trace_attempt_end(r->o.tracer, &q->tra, "cancelled", true);
             KL_RT_INC(r, cancelled);
             kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
             return;
@@ -143,8 +169,10 @@ void kl_rt_next_attempt(kl_rreq *q)
         if (st == KL_OK)
             kl_upconn_attach(c, q);
         pthread_mutex_unlock(&r->mu);
-        if (st != KL_OK)
+        if (st != KL_OK) {
+            kl_trace_attempt_end(r->o.tracer, &q->tra, kl_status_str(st), true);
             continue;
+        }
         q->rm = rm;
         rm->sent++;
         if (q->attempts > 1)
@@ -161,11 +189,20 @@ static void on_answer(void *arg, const kl_result *res)
     kl_rreq *q = arg;
     kl_router *r = q->r;
     kl_remote *rm = q->rm;
+    uint64_t wait_ns = res->elapsed_ns;
     pthread_mutex_lock(&r->mu);
-    if (q->conn)
+    if (q->conn) {
+        if (res->status == KL_OK)
+            wait_ns = kl_upconn_progress(q->conn, q->sent_ns);
         kl_upconn_detach(q->conn, q);
+    }
     bool cancelled = q->cancelled;
     pthread_mutex_unlock(&r->mu);
+    kl_trace_attempt_end(r->o.tracer, &q->tra,
+                         res->status != KL_OK ? kl_status_str(res->status)
+                         : res->opcode == KL_OP_ERROR ? kl_err_text(res->error)
+                                                      : "ok",
+                         res->status != KL_OK || res->opcode == KL_OP_ERROR);
     if (cancelled) {
         KL_RT_INC(r, cancelled);
         kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
@@ -184,7 +221,7 @@ static void on_answer(void *arg, const kl_result *res)
     }
     rm->ok++;
     rm->up = true;
-    kl_remote_sample(rm, res->elapsed_ns);
+    kl_remote_sample2(rm, res->elapsed_ns, wait_ns);
     if (res->opcode == KL_OP_RESPONSE) {
         kl_rt_finish(q, KL_ERR_NONE, res->payload, res->payload_len);
         return;
@@ -232,16 +269,23 @@ static void start(kl_rreq *q)
 static void on_wake(kl_loop *loop, void *arg)
 {
     kl_router *r = arg;
-    pthread_mutex_lock(&r->mu);
+    pthread_mutex_lock(&r->inbox_mu);
     kl_rreq *list = r->inbox_head;
     r->inbox_head = r->inbox_tail = NULL;
+    pthread_mutex_unlock(&r->inbox_mu);
+    pthread_mutex_lock(&r->mu);
     kl_rt_table *t = r->pending;
     r->pending = NULL;
+    uint64_t gen = r->handed_gen; /* t is the latest handed over */
     bool stopping = r->stopping;
     pthread_mutex_unlock(&r->mu);
     if (t)
         kl_rt_install(r, t);
     pthread_mutex_lock(&r->mu);
+    if (t) {
+        r->installed_gen = gen;
+        pthread_cond_broadcast(&r->install_cv);
+    }
     if (r->snap && !r->snap->done) {
         kl_rt_snap *sn = r->snap;
         sn->n = 0;
@@ -256,12 +300,21 @@ static void on_wake(kl_loop *loop, void *arg)
         kl_rreq *q = list;
         list = q->inbox_next;
         pthread_mutex_lock(&r->mu);
+        pthread_mutex_lock(&r->inbox_mu);
         q->queued = false;
+        pthread_mutex_unlock(&r->inbox_mu);
         bool finished = q->done == NULL;
         bool dropped = q->cancelled && q->conn && q->thandle == 0;
         kl_upconn *c = q->conn;
         if (dropped)
             kl_upconn_detach(c, q);
+        if (!finished && !q->started) { /* joins the live list now */
+            q->live_prev = NULL;
+            q->live_next = r->live;
+            if (r->live)
+                r->live->live_prev = q;
+            r->live = q;
+        }
         pthread_mutex_unlock(&r->mu);
         if (finished)
             free(q);
@@ -280,6 +333,7 @@ static bool before_sleep(kl_loop *loop, void *arg)
 {
     (void)loop;
     kl_remote_reap(arg);
+    kl_rt_retire_reap(arg, false);
     return false;
 }
 
@@ -310,7 +364,8 @@ static void *router_main(void *arg)
         kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
     }
     pthread_mutex_lock(&r->mu);
-    r->stopped = true; /* no more snapshots */
+    r->stopped = true; /* no more snapshots, no more installs */
+    pthread_cond_broadcast(&r->install_cv);
     if (r->snap) {
         r->snap->done = true;
         pthread_cond_broadcast(&r->snap_cv);
@@ -346,6 +401,22 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
                  "must be set");
         return KL_E_CONFIG;
     }
+    if (opts->dns_server && !kl_rt_dns_server_valid(opts->dns_server)) {
+        snprintf(err, errlen,
+                 "router: router_dns_server \"%s\" is not a name server "
+                 "address; write it as IPv4:port, e.g. 127.0.0.1:53",
+                 opts->dns_server);
+        return KL_E_CONFIG;
+    }
+    if (opts->dns_ttl_floor_ms > 0 && opts->dns_ttl_ceiling_ms > 0 &&
+        opts->dns_ttl_floor_ms > opts->dns_ttl_ceiling_ms) {
+        snprintf(err, errlen,
+                 "router: router_dns_ttl_floor (%d ms) is above "
+                 "router_dns_ttl_ceiling (%d ms); raise the ceiling or lower "
+                 "the floor",
+                 opts->dns_ttl_floor_ms, opts->dns_ttl_ceiling_ms);
+        return KL_E_CONFIG;
+    }
     kl_router *r = calloc(1, sizeof *r);
     KL_ENSURE(r != NULL, KL_E_NOMEM);
     r->o = *opts;
@@ -368,6 +439,11 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
     if (o->reload_poll_ms == 0)
         o->reload_poll_ms = 1000;
     o->dns_refresh_ms = def(o->dns_refresh_ms, 30000);
+    o->dns_ttl_floor_ms = def(o->dns_ttl_floor_ms, 5000);
+    o->dns_ttl_ceiling_ms = def(o->dns_ttl_ceiling_ms, 3600000);
+    if (o->dns_ttl_ceiling_ms < o->dns_ttl_floor_ms)
+        o->dns_ttl_ceiling_ms = o->dns_ttl_floor_ms;
+    o->conn_idle_ms = def(o->conn_idle_ms, 60000);
     o->connect_timeout_ms = def(o->connect_timeout_ms, 2000);
     o->conn_inflight_threshold = def(o->conn_inflight_threshold, 256);
     o->max_conns_per_remote = def(o->max_conns_per_remote, 8);
@@ -379,13 +455,18 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
     r->key_file = dup_or_null(opts->key_file);
     r->ca_file = dup_or_null(opts->ca_file);
     r->server_name = dup_or_null(opts->server_name);
+    r->dns_server = dup_or_null(opts->dns_server);
+    o->dns_server = r->dns_server;
     o->table_file = r->table_file;
     pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->inbox_mu, NULL);
     pthread_mutex_init(&r->build_mu, NULL);
     pthread_cond_init(&r->control_cv, NULL);
     pthread_cond_init(&r->snap_cv, NULL);
+    pthread_cond_init(&r->install_cv, NULL);
     r->loop = kl_loop_new();
-    if (!r->table_file || !r->ca_file || !r->loop) {
+    if (!r->table_file || !r->ca_file || !r->loop ||
+        (opts->dns_server && !r->dns_server)) {
         kl_router_free(r);
         return KL_E_NOMEM;
     }
@@ -405,8 +486,13 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
         kl_router_free(r);
         return KL_E_NOMEM;
     }
+    pthread_mutex_lock(&r->mu);
     r->thread_started = true;
+    pthread_mutex_unlock(&r->mu);
     kl_loop_wake(r->loop);
+    /* the first table is in effect before the server takes requests: a
+     * request right after start finds its routes (not `key not found`) */
+    kl_rt_wait_installed(r);
     *out = r;
     return KL_OK;
 }
@@ -432,18 +518,22 @@ void kl_router_free(kl_router *r)
         free(q);
     }
     kl_rt_table_free(r->pending);
+    kl_rt_retire_reap(r, true);
     kl_rt_table_free(r->table);
     if (r->loop)
         kl_loop_free(r->loop);
     pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->inbox_mu);
     pthread_mutex_destroy(&r->build_mu);
     pthread_cond_destroy(&r->control_cv);
     pthread_cond_destroy(&r->snap_cv);
+    pthread_cond_destroy(&r->install_cv);
     free(r->table_file);
     free(r->cert_file);
     free(r->key_file);
     free(r->ca_file);
     free(r->server_name);
+    free(r->dns_server);
     free(r);
 }
 
@@ -473,6 +563,9 @@ kl_status kl_router_route(kl_router *r, const kl_route_req *rr,
     q->r = r;
     q->done = done;
     q->arg = arg;
+    kl_trace_attempt_init(&q->tra, rr->traced && r->o.tracer,
+                          (uint8_t *)q->spec.span_context,
+                          q->spec.span_context_len);
     q->hops = rr->ctx && rr->ctx->has_hops ? rr->ctx->hops : 0;
     uint64_t ms = rr->ctx && rr->ctx->has_deadline
                       ? rr->ctx->deadline_ms
@@ -480,18 +573,12 @@ kl_status kl_router_route(kl_router *r, const kl_route_req *rr,
     q->deadline_ns = kl_now_ns() + ms * MS;
     if (h)
         h->req = q;
-    pthread_mutex_lock(&r->mu);
-    /* the live list is the router thread's, but a request joins it here so
-     * that kl_router_free answers it even if it never left the inbox */
-    inbox_push(r, q);
-    q->live_next = r->live;
-    if (r->live)
-        r->live->live_prev = q;
-    r->live = q;
-    q->shed = r->nlive >= (size_t)r->o.max_inflight;
-    r->nlive++;
+    /* The shard's whole hand-over: one counter, the inbox lock for a few
+     * pointer writes, a coalesced wake-up. The live list is joined on the
+     * router thread; kl_router_free answers what is still in the inbox. */
+    q->shed = atomic_fetch_add(&r->nlive, 1) >= (size_t)r->o.max_inflight;
     KL_RT_INC(r, routed);
-    pthread_mutex_unlock(&r->mu);
+    inbox_push(r, q);
     kl_loop_wake(r->loop);
     return KL_OK;
 }
@@ -514,12 +601,26 @@ void kl_router_cancel(kl_router *r, const kl_route_handle *h)
     kl_loop_wake(r->loop);
 }
 
+/* Called by a shard for every local key-store miss: no lock. The reader
+ * counts itself in before it loads the pointer (both sequentially
+ * consistent), so a writer that has published a new table and then sees
+ * the count at 0 knows nobody still reads the old one. */
 bool kl_router_has_key(kl_router *r, const uint8_t ski[KL_SKI_LEN])
 {
-    pthread_mutex_lock(&r->mu);
-    bool has = kl_rt_find(r->table, ski) != NULL;
-    pthread_mutex_unlock(&r->mu);
+    atomic_fetch_add(&r->table_readers, 1);
+    const kl_rt_table *t = atomic_load(&r->published);
+    bool has = kl_rt_find(t, ski) != NULL;
+    atomic_fetch_sub(&r->table_readers, 1);
     return has;
+}
+
+void kl_rt_retire_reap(kl_router *r, bool force)
+{
+    if (!r->nretired || (!force && atomic_load(&r->table_readers) != 0))
+        return;
+    for (size_t i = 0; i < r->nretired; i++)
+        kl_rt_table_free(r->retired[i]);
+    r->nretired = 0;
 }
 
 void kl_router_get_stats(kl_router *r, kl_router_stats *out)

@@ -4,16 +4,18 @@
  *
  * - The routing table (table.h) is a YAML file, re-read when it changes
  *   (mtime poll) and on kl_router_reload() (SIGHUP); `dns:` entries are
- *   re-resolved every dns_refresh_ms. A table that does not parse is
- *   reported and the previous one stays.
+ *   re-resolved when their records' TTL runs out (dns.h). A table that
+ *   does not parse is reported and the previous one stays.
  * - Candidates for a key: the servers that serve it, whose region satisfies
  *   the request's compliance region (tag 0x17, protocol P9) and the key's
  *   policy; ordered healthy first, then by measured latency (EWMA of pings
  *   and live requests; latencies within latency_tolerance_pct tie), then
  *   priority. Up to max_attempts are tried within the request's deadline
- *   (P9 deadline_ms, else default_deadline_ms); each attempt's timeout is
- *   the route's p99 x timeout_p99_factor within [timeout_floor_ms,
- *   timeout_ceiling_ms].
+ *   (P9 deadline_ms, else default_deadline_ms), which each attempt carries
+ *   upstream. An attempt times out when its connection has answered
+ *   nothing for the route's timeout since the attempt was sent: p99 of
+ *   its quiet waits x timeout_p99_factor within [timeout_floor_ms,
+ *   timeout_ceiling_ms] - queueing behind a burst is not loss.
  * - Upstream connections are libkeyless kl_targets (one connection each),
  *   opened in advance, probed by ping every ping_interval_ms, replaced when
  *   dead; a remote gets another connection only when every connection it
@@ -63,6 +65,18 @@ typedef struct kl_router_opts {
     int max_inflight_per_conn;   /* 0: 1024 */
     int max_fds;                 /* descriptors for upstreams; 0: 1024 */
     int max_inflight;            /* routed requests at once; 0: 65536 */
+    /* dns: names are resolved again when their records' TTL runs out,
+     * within these bounds; dns_refresh_ms is for names without a TTL and
+     * the retry after a failure */
+    int dns_ttl_floor_ms;   /* 0: 5000 */
+    int dns_ttl_ceiling_ms; /* 0: 3600000 */
+    const char *dns_server; /* "a.b.c.d:port" instead of resolv.conf's */
+    /* an upstream connection beyond a remote's first, idle this long, is
+     * closed (the first stays, opened in advance); 0: 60000 */
+    int conn_idle_ms;
+    /* issue 11: spans for route choice and attempts (metrics/trace.h);
+     * NULL: none. Must outlive the router. */
+    struct kl_tracer *tracer;
 } kl_router_opts;
 
 /* What to forward: the request as the server parsed it (protocol P3) and
@@ -70,6 +84,9 @@ typedef struct kl_router_opts {
 typedef struct kl_route_req {
     const kl_request *req;
     const kl_req_context *ctx;
+    /* issue 11: req's span context is the server's binary copy for a
+     * traced request: each attempt rewrites it (metrics/trace.h) */
+    bool traced;
 } kl_route_req;
 
 /* Called exactly once per routed request, on the router thread: err is
@@ -85,8 +102,9 @@ typedef struct kl_route_handle {
     void *req; /* private */
 } kl_route_handle;
 
-/* Starts the router thread and loads the table. KL_E_CONFIG with err set
- * ("file:line: what; fix") when the table or the options are wrong. */
+/* Starts the router thread and loads the table; returns once the table is
+ * in effect. KL_E_CONFIG with err set ("file:line: what; fix") when the
+ * table or the options are wrong. */
 KL_WUR kl_status kl_router_new(const kl_router_opts *opts, kl_router **out,
                                char *err, size_t errlen);
 /* Stops the thread; requests still in flight complete with
@@ -108,23 +126,25 @@ void kl_router_cancel(kl_router *r, const kl_route_handle *h);
  * this after a local key-store miss). */
 bool kl_router_has_key(kl_router *r, const uint8_t ski[KL_SKI_LEN]);
 
-/* Re-reads the table now (SIGHUP). On error the previous table stays and
- * err says why. Blocking (DNS), so not for a shard thread. */
+/* Re-reads the table now (SIGHUP) and returns once it is in effect (so a
+ * request after it finds the new routes). On error the previous table
+ * stays and err says why. Blocking (DNS), so not for a shard thread. */
 KL_WUR kl_status kl_router_reload(kl_router *r, char *err, size_t errlen);
 
 /* Per remote, for metrics and tests. */
 typedef struct kl_remote_stats {
     char name[80];
     char region[72];
-    bool up;         /* last probe or request succeeded */
-    bool in_table;   /* false: removed, draining */
-    double ewma_ms;  /* < 0: no sample yet */
-    double p99_ms;   /* < 0: no sample yet */
-    int timeout_ms;  /* current per-attempt timeout */
-    unsigned conns;  /* upstream connections */
-    uint64_t sent;   /* attempts sent to it */
-    uint64_t ok;     /* answered (any P6 answer) */
-    uint64_t failed; /* timeouts and connection failures */
+    bool up;              /* last probe or request succeeded */
+    bool in_table;        /* false: removed, draining */
+    double ewma_ms;       /* < 0: no sample yet */
+    double p99_ms;        /* of the quiet waits (stall.c); < 0: none */
+    int timeout_ms;       /* current per-attempt timeout */
+    unsigned conns;       /* upstream connections */
+    uint64_t idle_closed; /* extra connections closed after conn_idle_ms */
+    uint64_t sent;        /* attempts sent to it */
+    uint64_t ok;          /* answered (any P6 answer) */
+    uint64_t failed;      /* timeouts and connection failures */
     uint64_t inflight;
 } kl_remote_stats;
 

@@ -9,8 +9,11 @@
  *
  * Threading: remotes, connections and requests' attempt state belong to
  * the router thread; mu guards what other threads touch (a request's
- * cancelled flag and its current attempt, the inbox, the pending table,
- * the current table's pointer for kl_router_has_key, the stats). */
+ * cancelled flag and its current attempt, the pending table, the stats).
+ * The shard's hot path takes neither mu nor any lock the router thread
+ * holds across a system call: kl_router_has_key reads the published table
+ * without a lock (readers counter, see router.c), and kl_router_route
+ * takes only inbox_mu, held for a few pointer writes. */
 #ifndef KL_ROUTER_ROUTER_INT_H
 #define KL_ROUTER_ROUTER_INT_H
 
@@ -20,6 +23,7 @@
 
 #include "keyless/client.h"
 #include "loop/loop.h"
+#include "metrics/trace.h"
 #include "router/router.h"
 #include "router/table.h"
 
@@ -47,7 +51,14 @@ struct kl_upconn {
     bool probing;
     bool probe_fresh; /* sent before the connection was up */
     uint64_t probe_handle;
-    kl_rreq *attempts; /* requests in flight on it (doubly linked) */
+    uint64_t probe_sent_ns;
+    /* requests in flight on it (doubly linked): watched ones oldest first,
+     * and those past their attempt timeout with nowhere else to go, which
+     * wait for their answer up to the request's deadline (stall.c) */
+    kl_rreq *attempts, *attempts_tail, *waiting;
+    uint64_t progress_ns; /* when it last answered anything (or pong) */
+    kl_timer stall_timer; /* the attempt timeout (stall.c) */
+    uint64_t idle_since;  /* kl_now_ns() when inflight last reached 0 */
 };
 
 struct kl_remote {
@@ -68,6 +79,7 @@ struct kl_remote {
     kl_upconn *conns[KL_RT_MAX_CONNS];
     unsigned nconns;
     uint64_t sent, ok, failed, inflight;
+    uint64_t idle_closed; /* extra connections closed for idleness */
 };
 
 struct kl_rreq {
@@ -77,9 +89,11 @@ struct kl_rreq {
     kl_rreq *aprev, *anext;         /* attempts on conn */
     /* guarded by r->mu */
     bool cancelled;
-    bool queued;     /* in the inbox */
+    bool queued;     /* in the inbox; guarded by r->inbox_mu */
     kl_upconn *conn; /* current attempt, NULL between attempts */
     uint64_t thandle;
+    bool waiting;     /* on conn->waiting rather than conn->attempts */
+    uint64_t sent_ns; /* when the current attempt was handed to conn */
     /* router thread only */
     bool started;
     bool shed; /* over max_inflight: answered `internal error` at once */
@@ -91,6 +105,7 @@ struct kl_rreq {
     kl_route_done_fn done;
     void *arg;
     kl_request_spec spec; /* points into data */
+    kl_trace_attempt tra; /* issue 11: router thread only */
     uint8_t data[];
 };
 
@@ -114,19 +129,35 @@ typedef struct kl_rt_snap {
 struct kl_router {
     kl_router_opts o;
     char *table_file, *cert_file, *key_file, *ca_file, *server_name;
+    char *dns_server;
     kl_loop *loop;
     pthread_t thread;
     bool thread_started;
     kl_timer probe_timer;
     pthread_mutex_t mu;
+    /* the inbox: the only lock a shard takes to hand a request over, never
+     * held across anything but pointer writes (lock order: mu, then
+     * inbox_mu) */
+    pthread_mutex_t inbox_mu;
     kl_rreq *inbox_head, *inbox_tail;
     kl_rt_table *pending; /* a new table for the router thread */
+    /* tables handed over / installed, so that kl_router_new and
+     * kl_router_reload return once theirs is in effect (guarded by mu) */
+    uint64_t handed_gen, installed_gen;
+    pthread_cond_t install_cv;
     bool stopping;
     bool stopped;       /* the loop has ended */
-    kl_rt_table *table; /* current; swapped by the router thread under mu */
+    kl_rt_table *table; /* current; router thread only */
+    /* the same table for kl_router_has_key, read without a lock: a reader
+     * counts itself in table_readers before loading the pointer; a replaced
+     * table is retired and freed once table_readers is seen at 0 */
+    _Atomic(kl_rt_table *) published;
+    atomic_uint table_readers;
+    kl_rt_table *retired[8];
+    size_t nretired;
     kl_remote *remotes;
-    kl_rreq *live;
-    size_t nlive;
+    kl_rreq *live;       /* started requests; guarded by mu */
+    atomic_size_t nlive; /* routed and not finished (max_inflight) */
     _Atomic unsigned fds;
     kl_rt_counters st;
     kl_rt_snap *snap; /* guarded by mu; answered through snap_cv */
@@ -142,6 +173,9 @@ struct kl_router {
     off_t table_size;
     uint64_t servers_sig;
     bool has_dns;
+    uint64_t dns_next_ms; /* kl_now_ms() when the dns: names are due */
+    uint32_t dns_ttl_s;   /* the last good resolution's smallest TTL */
+    unsigned dns_failing; /* failed refreshes in a row */
 };
 
 /* router.c */
@@ -159,12 +193,27 @@ void kl_remote_start(kl_remote *rm);
  * threshold and the budget allows; NULL when none can be had. */
 kl_upconn *kl_remote_conn(kl_remote *rm);
 void kl_remote_sample(kl_remote *rm, uint64_t rtt_ns);
+/* An answer after latency_ns (for the EWMA); wait_ns, when not 0, is
+ * how long its connection stayed silent after it was sent (for the p99
+ * window: the attempt timeout). */
+void kl_remote_sample2(kl_remote *rm, uint64_t latency_ns, uint64_t wait_ns);
 int kl_remote_timeout_ms(const kl_remote *rm);
 void kl_remote_probe_all(kl_router *r);
 /* Frees dead connections (and removed remotes with nothing in flight). */
 void kl_remote_reap(kl_router *r);
 void kl_upconn_attach(kl_upconn *c, kl_rreq *q);
 void kl_upconn_detach(kl_upconn *c, kl_rreq *q);
+/* The connection answered something (an attempt's answer or a pong) for
+ * a request sent at since_ns; returns now - since_ns when nothing was
+ * answered on it since then (a sample for the timeout window), else 0. */
+uint64_t kl_upconn_progress(kl_upconn *c, uint64_t since_ns);
+
+/* stall.c: the attempt timeout. Arms c's timer for its oldest watched
+ * attempt (attach calls it); its callback fails stalled attempts over. */
+void kl_rt_stall_init(kl_upconn *c);
+void kl_rt_stall_arm(kl_upconn *c);
+/* Moves q (watched on c) to c's waiting list (mu held). */
+void kl_upconn_wait(kl_upconn *c, kl_rreq *q);
 void kl_remote_stats_fill(const kl_remote *rm, kl_remote_stats *out);
 
 /* select.c: the candidates for a key, best first, excluding those in
@@ -184,6 +233,14 @@ KL_WUR kl_status kl_rt_forward_fill(const kl_request *req,
                                     const kl_req_context *ctx,
                                     kl_request_spec *spec, uint8_t *buf,
                                     char *ctx_json, size_t cap);
+
+/* Frees retired tables no kl_router_has_key can still be reading; all of
+ * them when force (the router stopped). Router thread. */
+void kl_rt_retire_reap(kl_router *r, bool force);
+
+/* Waits (up to a few seconds) until the router thread has installed
+ * every table handed over so far. Not on the router thread. */
+void kl_rt_wait_installed(kl_router *r);
 
 /* control.c */
 KL_WUR kl_status kl_rt_control_start(kl_router *r, char *err, size_t errlen);

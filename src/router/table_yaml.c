@@ -63,6 +63,43 @@ static bool good_name(const char *s)
     return true;
 }
 
+/* The loops every section shares: the pairs of a map, the items of a
+ * list. */
+#define FOR_PAIRS(p, m)                                                        \
+    for (yaml_node_pair_t *p = (m)->data.mapping.pairs.start;                  \
+         p < (m)->data.mapping.pairs.top; p++)
+#define FOR_ITEMS(i, l)                                                        \
+    for (yaml_node_item_t *i = (l)->data.sequence.items.start;                 \
+         i < (l)->data.sequence.items.top; i++)
+
+/* A name (region, set, server) in node n, or the one error for a bad one:
+ * "<where>"<value>" is not a <kind> name; use ...". */
+static kl_status check_name(kl_rt_build *b, yaml_node_t *n, const char *s,
+                            const char *where, const char *kind)
+{
+    if (good_name(s))
+        return KL_OK;
+    return fail(b, n,
+                "%s\"%s\" is not a %s name; use 1 to 64 letters, digits, "
+                "'.', '_' or '-'",
+                where, s ? s : "(not a scalar)", kind);
+}
+
+/* Calls fn for every item of list l with its scalar text (NULL for an
+ * item that is not a scalar: fn reports it). */
+typedef kl_status (*item_fn)(kl_rt_build *b, yaml_node_t *item, const char *s,
+                             void *arg);
+static kl_status each_item(kl_rt_build *b, yaml_node_t *l, item_fn fn,
+                           void *arg)
+{
+    FOR_ITEMS(i, l)
+    {
+        yaml_node_t *it = node(b, *i);
+        KL_GUARD(fn(b, it, scalar(it), arg));
+    }
+    return KL_OK;
+}
+
 bool kl_rt_parse_ski(const char *s, uint8_t ski[KL_SKI_LEN])
 {
     if (!s || strlen(s) != 2 * KL_SKI_LEN)
@@ -88,6 +125,22 @@ bool kl_rt_parse_ski(const char *s, uint8_t ski[KL_SKI_LEN])
     return nonzero; /* an all-zero SKI is invalid (protocol P7) */
 }
 
+struct region_item_arg {
+    const char *what;
+    kl_rt_regions *out;
+};
+
+static kl_status region_item(kl_rt_build *b, yaml_node_t *it, const char *s,
+                             void *arg)
+{
+    struct region_item_arg *a = arg;
+    char where[KL_RT_NAME_MAX + 8 + 2 * KL_SKI_LEN];
+    snprintf(where, sizeof where, "%s: ", a->what);
+    KL_GUARD(check_name(b, it, s, where, "region"));
+    snprintf(a->out->names[a->out->n++], KL_RT_NAME_MAX + 1, "%s", s);
+    return KL_OK;
+}
+
 /* A list of region names (a sequence of scalars) into *out. */
 static kl_status region_list(kl_rt_build *b, yaml_node_t *v, const char *what,
                              kl_rt_regions *out)
@@ -106,17 +159,8 @@ static kl_status region_list(kl_rt_build *b, yaml_node_t *v, const char *what,
         return KL_E_NOMEM;
     out->n = 0;
     out->set = true;
-    for (yaml_node_item_t *i = v->data.sequence.items.start;
-         i < v->data.sequence.items.top; i++) {
-        const char *s = scalar(node(b, *i));
-        if (!good_name(s))
-            return fail(b, node(b, *i),
-                        "%s: \"%s\" is not a region name; use 1 to 64 "
-                        "letters, digits, '.', '_' or '-'",
-                        what, s ? s : "(not a scalar)");
-        snprintf(out->names[out->n++], KL_RT_NAME_MAX + 1, "%s", s);
-    }
-    return KL_OK;
+    struct region_item_arg a = {what, out};
+    return each_item(b, v, region_item, &a);
 }
 
 static kl_status parse_region_codes(kl_rt_build *b, yaml_node_t *m)
@@ -125,8 +169,8 @@ static kl_status parse_region_codes(kl_rt_build *b, yaml_node_t *m)
         return fail(b, m,
                     "region_codes must be a map of compliance-region bytes "
                     "to names, e.g. \"region_codes: {1: fedramp-high}\"");
-    for (yaml_node_pair_t *p = m->data.mapping.pairs.start;
-         p < m->data.mapping.pairs.top; p++) {
+    FOR_PAIRS(p, m)
+    {
         yaml_node_t *k = node(b, p->key), *v = node(b, p->value);
         const char *ks = scalar(k), *vs = scalar(v);
         char *end = NULL;
@@ -136,14 +180,25 @@ static kl_status parse_region_codes(kl_rt_build *b, yaml_node_t *m)
                         "region_codes: \"%s\" is not a byte; use 0..255 "
                         "(or 0x00..0xff), the value of tag 0x17",
                         ks ? ks : "(not a scalar)");
-        if (!good_name(vs))
-            return fail(b, v,
-                        "region_codes: %lu: \"%s\" is not a region name; use "
-                        "1 to 64 letters, digits, '.', '_' or '-'",
-                        code, vs ? vs : "(not a scalar)");
+        char where[40];
+        snprintf(where, sizeof where, "region_codes: %lu: ", code);
+        KL_GUARD(check_name(b, v, vs, where, "region"));
         snprintf(b->t->region_of[code], KL_RT_NAME_MAX + 1, "%s", vs);
     }
     return KL_OK;
+}
+
+static kl_status set_ski_item(kl_rt_build *b, yaml_node_t *it, const char *hex,
+                              void *arg)
+{
+    kl_rt_set *s = arg;
+    uint8_t ski[KL_SKI_LEN];
+    if (!kl_rt_parse_ski(hex, ski))
+        return fail(b, it,
+                    "key_sets: %s: \"%s\" is not an SKI; write the key's SKI "
+                    "as 40 hex digits, not all zero (protocol P7)",
+                    s->name, hex ? hex : "(not a scalar)");
+    return kl_rt_build_set_ski(b, s, ski);
 }
 
 static kl_status parse_sets(kl_rt_build *b, yaml_node_t *m)
@@ -152,15 +207,11 @@ static kl_status parse_sets(kl_rt_build *b, yaml_node_t *m)
         return fail(b, m,
                     "key_sets must be a map of set names to "
                     "{skis: [...], regions: [...]}");
-    for (yaml_node_pair_t *p = m->data.mapping.pairs.start;
-         p < m->data.mapping.pairs.top; p++) {
+    FOR_PAIRS(p, m)
+    {
         yaml_node_t *k = node(b, p->key), *v = node(b, p->value);
         const char *name = scalar(k);
-        if (!good_name(name))
-            return fail(b, k,
-                        "key_sets: \"%s\" is not a set name; use 1 to 64 "
-                        "letters, digits, '.', '_' or '-'",
-                        name ? name : "(not a scalar)");
+        KL_GUARD(check_name(b, k, name, "key_sets: ", "set"));
         if (kl_rt_build_find_set(b, name))
             return fail(b, k, "key_sets: %s is defined twice; merge them",
                         name);
@@ -172,8 +223,8 @@ static kl_status parse_sets(kl_rt_build *b, yaml_node_t *m)
         kl_rt_set *s;
         KL_GUARD(kl_rt_build_add_set(b, name, &s));
         bool have_skis = false;
-        for (yaml_node_pair_t *q = v->data.mapping.pairs.start;
-             q < v->data.mapping.pairs.top; q++) {
+        FOR_PAIRS(q, v)
+        {
             yaml_node_t *qk = node(b, q->key), *qv = node(b, q->value);
             const char *field = scalar(qk);
             if (field && !strcmp(field, "regions")) {
@@ -185,18 +236,7 @@ static kl_status parse_sets(kl_rt_build *b, yaml_node_t *m)
                                 "key_sets: %s: skis must be a list of SKIs "
                                 "(40 hex digits each)",
                                 name);
-                for (yaml_node_item_t *i = qv->data.sequence.items.start;
-                     i < qv->data.sequence.items.top; i++) {
-                    uint8_t ski[KL_SKI_LEN];
-                    const char *hex = scalar(node(b, *i));
-                    if (!kl_rt_parse_ski(hex, ski))
-                        return fail(b, node(b, *i),
-                                    "key_sets: %s: \"%s\" is not an SKI; "
-                                    "write the key's SKI as 40 hex digits, "
-                                    "not all zero (protocol P7)",
-                                    name, hex ? hex : "(not a scalar)");
-                    KL_GUARD(kl_rt_build_set_ski(b, s, ski));
-                }
+                KL_GUARD(each_item(b, qv, set_ski_item, s));
             } else {
                 return fail(b, qk,
                             "key_sets: %s: unknown field \"%s\"; a key set "
@@ -216,8 +256,8 @@ static kl_status parse_keys(kl_rt_build *b, yaml_node_t *m)
         return fail(b, m,
                     "keys must be a map of SKIs to {regions: [...]}, the "
                     "regions each key may be served from");
-    for (yaml_node_pair_t *p = m->data.mapping.pairs.start;
-         p < m->data.mapping.pairs.top; p++) {
+    FOR_PAIRS(p, m)
+    {
         yaml_node_t *k = node(b, p->key), *v = node(b, p->value);
         uint8_t ski[KL_SKI_LEN];
         const char *hex = scalar(k);
@@ -228,8 +268,8 @@ static kl_status parse_keys(kl_rt_build *b, yaml_node_t *m)
                         hex ? hex : "(not a scalar)");
         yaml_node_t *regions = NULL;
         if (v->type == YAML_MAPPING_NODE) {
-            for (yaml_node_pair_t *q = v->data.mapping.pairs.start;
-                 q < v->data.mapping.pairs.top; q++) {
+            FOR_PAIRS(q, v)
+            {
                 const char *field = scalar(node(b, q->key));
                 if (!field || strcmp(field, "regions"))
                     return fail(b, node(b, q->key),
@@ -293,6 +333,28 @@ static bool split_address(const char *s, char *host, size_t hcap,
     return true;
 }
 
+struct serve_arg {
+    const char *name;
+    size_t first, count; /* the servers the entry became */
+};
+
+static kl_status serve_item(kl_rt_build *b, yaml_node_t *it, const char *v,
+                            void *arg)
+{
+    struct serve_arg *a = arg;
+    uint8_t ski[KL_SKI_LEN];
+    if (v && strlen(v) == 2 * KL_SKI_LEN && kl_rt_parse_ski(v, ski))
+        return kl_rt_build_serve_ski(b, a->first, a->count, ski);
+    if (v && kl_rt_build_find_set(b, v))
+        return kl_rt_build_serve_set(b, a->first, a->count,
+                                     kl_rt_build_find_set(b, v));
+    return fail(b, it,
+                "servers: %s serves \"%s\", which is neither an SKI (40 hex "
+                "digits, not all zero) nor a key set defined under key_sets "
+                "(define sets before servers)",
+                a->name, v ? v : "(not a scalar)");
+}
+
 static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
 {
     if (e->type != YAML_MAPPING_NODE)
@@ -304,8 +366,8 @@ static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
     s.priority = 100;
     const char *addr = NULL, *dns = NULL;
     yaml_node_t *serves = NULL, *addr_node = NULL;
-    for (yaml_node_pair_t *p = e->data.mapping.pairs.start;
-         p < e->data.mapping.pairs.top; p++) {
+    FOR_PAIRS(p, e)
+    {
         yaml_node_t *k = node(b, p->key), *v = node(b, p->value);
         const char *f = scalar(k), *vs = scalar(v);
         if (!f)
@@ -317,11 +379,7 @@ static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
         if (!vs)
             return fail(b, v, "servers: %s must be a single value", f);
         if (!strcmp(f, "name")) {
-            if (!good_name(vs))
-                return fail(b, v,
-                            "servers: \"%s\" is not a server name; use 1 to "
-                            "64 letters, digits, '.', '_' or '-'",
-                            vs);
+            KL_GUARD(check_name(b, v, vs, "servers: ", "server"));
             snprintf(s.name, sizeof s.name, "%s", vs);
         } else if (!strcmp(f, "address")) {
             addr = vs;
@@ -330,11 +388,7 @@ static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
             dns = vs;
             addr_node = v;
         } else if (!strcmp(f, "region")) {
-            if (!good_name(vs))
-                return fail(b, v,
-                            "servers: \"%s\" is not a region name; use 1 to "
-                            "64 letters, digits, '.', '_' or '-'",
-                            vs);
+            KL_GUARD(check_name(b, v, vs, "servers: ", "region"));
             snprintf(s.region, sizeof s.region, "%s", vs);
         } else if (!strcmp(f, "priority")) {
             char *end;
@@ -390,27 +444,8 @@ static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
     } else {
         KL_GUARD(kl_rt_build_add_server(b, &s));
     }
-    for (yaml_node_item_t *i = serves->data.sequence.items.start;
-         i < serves->data.sequence.items.top; i++) {
-        yaml_node_t *it = node(b, *i);
-        const char *v = scalar(it);
-        uint8_t ski[KL_SKI_LEN];
-        kl_status st;
-        if (v && strlen(v) == 2 * KL_SKI_LEN && kl_rt_parse_ski(v, ski)) {
-            st = kl_rt_build_serve_ski(b, first, count, ski);
-        } else if (v && kl_rt_build_find_set(b, v)) {
-            st = kl_rt_build_serve_set(b, first, count,
-                                       kl_rt_build_find_set(b, v));
-        } else {
-            return fail(b, it,
-                        "servers: %s serves \"%s\", which is neither an SKI "
-                        "(40 hex digits, not all zero) nor a key set defined "
-                        "under key_sets (define sets before servers)",
-                        s.name, v ? v : "(not a scalar)");
-        }
-        KL_GUARD(st);
-    }
-    return KL_OK;
+    struct serve_arg a = {s.name, first, count};
+    return each_item(b, serves, serve_item, &a);
 }
 
 static kl_status parse_root(kl_rt_build *b, yaml_node_t *root)
@@ -424,8 +459,8 @@ static kl_status parse_root(kl_rt_build *b, yaml_node_t *root)
     /* sections in dependency order, wherever they are in the file */
     static const char *const order[] = {"region_codes", "key_sets", "keys",
                                         "servers"};
-    for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
-         p < root->data.mapping.pairs.top; p++) {
+    FOR_PAIRS(p, root)
+    {
         const char *k = scalar(node(b, p->key));
         bool known = false;
         for (size_t i = 0; i < 4; i++)
@@ -438,8 +473,8 @@ static kl_status parse_root(kl_rt_build *b, yaml_node_t *root)
     }
     for (size_t i = 0; i < 4; i++) {
         int seen = 0;
-        for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
-             p < root->data.mapping.pairs.top; p++) {
+        FOR_PAIRS(p, root)
+        {
             const char *k = scalar(node(b, p->key));
             if (strcmp(k, order[i]))
                 continue;
@@ -458,9 +493,8 @@ static kl_status parse_root(kl_rt_build *b, yaml_node_t *root)
                     return fail(b, v,
                                 "servers must be a list of entries starting "
                                 "with \"- name: ...\"");
-                for (yaml_node_item_t *it = v->data.sequence.items.start;
-                     it < v->data.sequence.items.top; it++)
-                    KL_GUARD(parse_server(b, node(b, *it)));
+                FOR_ITEMS(it, v)
+                KL_GUARD(parse_server(b, node(b, *it)));
             }
         }
     }

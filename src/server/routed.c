@@ -24,6 +24,7 @@
 
 #include "core/log.h"
 #include "core/time.h"
+#include "keys/store.h" /* acl_allows_remote: a key known by its SKI only */
 #include "server/internal.h"
 
 struct kl_srv_rjob {
@@ -34,9 +35,11 @@ struct kl_srv_rjob {
     kl_route_handle h;
     bool finished; /* done ran; guarded by the shard's done_mu */
     uint32_t id;
-    uint64_t t0_ns;   /* read (kl_now_ns), 0 with metrics off */
-    uint64_t sent_ns; /* handed to the router */
-    uint64_t done_ns; /* answered by the router */
+    uint64_t t0_ns;      /* read (kl_now_ns), 0 with metrics off */
+    uint64_t sent_ns;    /* handed to the router */
+    uint64_t done_ns;    /* answered by the router */
+    kl_trace_ref trace;  /* issue 11: the request's trace */
+    uint64_t route_span; /* its route span, the attempts' parent */
     char request_id[KL_REQUEST_ID_MAX + 1];
 };
 
@@ -84,12 +87,42 @@ static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
         kl_loop_wake(s->loop);
 }
 
+/* Issue 10 for keys held elsewhere: the access lists judge a forwarded
+ * key as they judge a local one, so a client gets the same refusal for a
+ * key it may not use wherever the key lives (and nothing of the request
+ * leaves this server). Here the key exists only as its SKI: `ski:` and
+ * `"*"` rules can name it; `dir:` and `file:` rules name local files and
+ * cannot. acl.h judges a kl_key; until it offers a form taking an SKI, the
+ * check gets a key that is nothing but its SKI (empty path, no key
+ * material), which is exactly what those rules look at. */
+static bool acl_allows_remote(kl_conn *c, const uint8_t ski[KL_SKI_LEN])
+{
+    kl_acl *acl = c->shard->srv->o.acl;
+    if (!acl)
+        return true;
+    _Alignas(kl_key) unsigned char buf[sizeof(kl_key) + 1];
+    memset(buf, 0, sizeof buf);
+    kl_key *only_ski = (kl_key *)buf;
+    memcpy(only_ski->ski, ski, KL_SKI_LEN);
+    return kl_acl_allows(acl, &c->acl, c->tls, only_ski);
+}
+
 void kl_routed_submit(kl_conn *c, const kl_request *req,
                       const kl_req_context *ctx, uint64_t t0_ns)
 {
     kl_shard *s = c->shard;
     kl_server *srv = s->srv;
     const char *rid = ctx && ctx->request_id[0] ? ctx->request_id : NULL;
+    if (!acl_allows_remote(c, req->ski)) {
+        /* the same answer and log line as for a refused local key
+         * (request.c): `key not found`, the key's existence not revealed */
+        char hex[2 * KL_SKI_LEN + 1 + 40];
+        kl_ski_hex(req->ski, hex);
+        strcat(hex, ": refused by the access lists");
+        KL_COUNT(s->st.acl_refused);
+        kl_conn_answer_error(c, req->hdr.id, KL_ERR_KEY_NOT_FOUND, rid, hex);
+        return;
+    }
     kl_srv_rjob *rj = calloc(1, sizeof *rj);
     if (!rj) {
         kl_conn_answer_error(c, req->hdr.id, KL_ERR_INTERNAL, rid,
@@ -113,7 +146,21 @@ void kl_routed_submit(kl_conn *c, const kl_request *req,
     /* The router copies the request (SKI, payload, compliance region, span
      * context, request context with hops + 1): the input buffer may move
      * on. done never runs inside this call. */
-    kl_route_req rr = {req, ctx};
+    kl_route_req rr = {req, ctx, false};
+    /* issue 11: a traced request goes upstream with our binary span
+     * context naming its route span; the router rewrites it per attempt */
+    kl_request traced;
+    uint8_t sc[KL_SPANCTX_BINARY_LEN];
+    if (s->tr && s->tr_cur.sampled) { /* rj->trace stays zero otherwise */
+        rj->trace = s->tr_cur;
+        rj->route_span = kl_trace_ring_new_id(s->tr);
+        kl_spanctx_write_binary(sc, rj->trace.trace_id, rj->route_span,
+                                rj->trace.span_id, KL_TRACE_FLAG_SAMPLED);
+        traced = *req;
+        traced.span_context = (kl_slice){sc, sizeof sc};
+        rr.req = &traced;
+        rr.traced = true;
+    }
     if (kl_router_route(srv->o.router, &rr, rjob_done, rj, &rj->h) != KL_OK) {
         unlink_rjob(rj);
         c->inflight--;
@@ -135,6 +182,9 @@ void kl_routed_complete(kl_shard *s, kl_job *j)
     kl_mx_request_done(s, j->opcode, j->err, rj->t0_ns,
                        rj->done_ns > rj->sent_ns ? rj->done_ns - rj->sent_ns
                                                  : 0);
+    if (rj->trace.sampled)
+        kl_tr_routed_spans(s, c, &rj->trace, rj->route_span, j->opcode, j->err,
+                           rj->t0_ns, rj->sent_ns, rj->done_ns, rj->request_id);
     if (c->state != KL_CONN_CLOSED) {
         const char *rid = rj->request_id[0] ? rj->request_id : NULL;
         if (j->err != KL_ERR_NONE) {

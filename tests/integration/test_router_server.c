@@ -107,6 +107,70 @@ static void test_local_and_forwarded(void **state)
     tp_rmtree(kl);
 }
 
+/* ---- access lists apply to forwarded keys (issue 10) ------------------ */
+
+/* A client the access lists do not allow a key gets the same refusal
+ * whether the key is held here or elsewhere - `key not found`, as for a key
+ * nobody has - and a refused remote key is never forwarded. */
+static void test_acl_applies_to_forwarded_keys(void **state)
+{
+    (void)state;
+    uint8_t s256[20], s384[20], srsa[20];
+    /* the remote holds P-256 (allowed to everyone) and P-384 (allowed to
+     * a client that does not exist); here: RSA (the same) */
+    char *kr = rs_keydir("rs-acl-remote", "ecdsa-p256", s256);
+    tp_copy_key(kr, tp_path("keys/ecdsa-p384.key"));
+    rs_ski_of("ecdsa-p384", s384);
+    char *kl = rs_keydir("rs-acl-local", "rsa-2048", srsa);
+    td_daemon remote, local;
+    rs_start(&remote, "rs-acl-remote", kr, NULL, NULL);
+    char table[1100], extra_rows[256], acl[1100], text[1024], flag[1200];
+    table_path(table, sizeof table, "acl");
+    snprintf(extra_rows, sizeof extra_rows,
+             "  - {name: r2, address: \"127.0.0.1:%u\", region: eu, "
+             "serves: [%s]}\n",
+             remote.port, tp_ski_hex(s384));
+    write_table1(table, tp_ski_hex(s256), "r1", remote.port, extra_rows);
+    snprintf(acl, sizeof acl, "%s/access.yaml", tmp);
+    int n =
+        snprintf(text, sizeof text, "- clients: [\"*\"]\n  keys: [ski:%s]\n",
+                 tp_ski_hex(s256));
+    n += snprintf(text + n, sizeof text - (size_t)n,
+                  "- clients: [cn:nobody-here]\n  keys: [ski:%s, ",
+                  tp_ski_hex(s384));
+    snprintf(text + n, sizeof text - (size_t)n, "ski:%s]\n", tp_ski_hex(srsa));
+    fp_write_file(acl, text);
+    snprintf(flag, sizeof flag, "--access-file=%s", acl);
+    const char *extra[] = {flag, NULL};
+    rs_start(&local, "rs-acl-local", kl, table, extra);
+
+    kl_client *c = td_connect(&local);
+    expect_ok(&local, c, s256, "ecdsa-p256"); /* allowed: forwarded */
+    kl_request_spec s = rs_sign_spec(s384);   /* refused, held elsewhere */
+    td_expect_error(&local, c, &s, KL_ERR_KEY_NOT_FOUND);
+    s = rs_sign_spec(srsa); /* refused, held here */
+    td_expect_error(&local, c, &s, KL_ERR_KEY_NOT_FOUND);
+    uint8_t none[20];
+    memset(none, 0x5a, sizeof none); /* nobody has it */
+    s = rs_sign_spec(none);
+    td_expect_error(&local, c, &s, KL_ERR_KEY_NOT_FOUND);
+    kl_client_close(c);
+
+    assert_int_equal(td_stop(&local, 0), 0);
+    assert_int_equal(td_stop(&remote, 0), 0);
+    /* both refusals logged alike, with the reason */
+    assert_int_equal(rs_log_count(&local, "refused by the access lists"), 2);
+    char line[128];
+    snprintf(line, sizeof line, "%s: refused by the access lists",
+             tp_ski_hex(s384));
+    assert_int_equal(rs_log_count(&local, line), 1);
+    /* only the allowed request left this server */
+    assert_int_equal(rs_log_count(&local, "router: 1 forwarded, 1 answered"),
+                     1);
+    tp_rmtree(kr);
+    tp_rmtree(kl);
+}
+
 /* ---- what a forwarded request carries --------------------------------- */
 
 /* An upstream key server written here: mutual TLS with the test PKI,
@@ -468,6 +532,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_local_and_forwarded),
         cmocka_unit_test(test_forwarded_request_keeps_everything),
+        cmocka_unit_test(test_acl_applies_to_forwarded_keys),
         cmocka_unit_test(test_three_hop_loop_stopped),
         cmocka_unit_test(test_disconnect_cancels),
     };

@@ -51,6 +51,34 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* p99 of v[0..n) in ms (sorts a copy). */
+static double p99_of(const uint64_t *v, size_t n)
+{
+    if (!n)
+        return 0;
+    uint64_t *c = malloc(n * sizeof *c);
+    memcpy(c, v, n * sizeof *c);
+    qsort(c, n, sizeof *c, cmp_u64);
+    double p = c[(size_t)(n * 0.99)] / 1e6;
+    free(c);
+    return p;
+}
+
+/* Per window: its local p99 (ms), in the order run. The machine is shared:
+ * another engineer's build can double a whole run's p99, so the ratio
+ * that is judged pairs each window with remote traffic with the window
+ * without it just before it (the same background, seconds apart) and
+ * takes the median over all pairs. */
+#define MAX_WINDOWS 64
+static double win_p99[2][MAX_WINDOWS]; /* [with_remote][i] */
+static size_t nwin[2];
+
 /* Local latencies of one kind of window, over a run. */
 typedef struct samples {
     uint64_t *ns;
@@ -177,6 +205,9 @@ static void one_window(bool with_remote, samples *out, run_result *rr_out)
                 with_remote ? "mixed" : "local", mx / 1e6, at, rr.local_done);
     }
     kl_client_close(c);
+    if (nwin[with_remote] < MAX_WINDOWS)
+        win_p99[with_remote][nwin[with_remote]++] =
+            p99_of(out->ns + (out->n - rr.local_done), rr.local_done);
     rr_out->local_done += rr.local_done;
     rr_out->remote_done += rr.remote_done;
     rr_out->remote_ok += rr.remote_ok;
@@ -286,6 +317,7 @@ static void test_local_latency_unaffected_by_remote(void **state)
         w.n = 0;
         one_window(true, &w, &mixed[0]);
         free(w.ns);
+        nwin[0] = nwin[1] = 0; /* warm-up windows are not judged */
     }
     for (int i = 0; i < RUNS; i++) {
         one_run(&base[i], &mixed[i]);
@@ -314,20 +346,35 @@ static void test_local_latency_unaffected_by_remote(void **state)
     }
     double b = median3(base[0].p99_ms, base[1].p99_ms, base[2].p99_ms);
     double m = median3(mixed[0].p99_ms, mixed[1].p99_ms, mixed[2].p99_ms);
+    size_t np = nwin[0] < nwin[1] ? nwin[0] : nwin[1];
+    double ratios[MAX_WINDOWS];
+    for (size_t i = 0; i < np; i++)
+        ratios[i] = win_p99[1][i] / win_p99[0][i];
+    qsort(ratios, np, sizeof *ratios, cmp_double);
+    double paired = np ? ratios[np / 2] : 0;
     fprintf(stderr,
             "median local p99: %.3f ms without remote traffic, %.3f ms with "
-            "it (%.2fx)\n",
-            b, m, m / b);
+            "it (%.2fx); median of %zu paired windows: %.2fx (range "
+            "%.2f..%.2f)\n",
+            b, m, m / b, np, paired, np ? ratios[0] : 0,
+            np ? ratios[np - 1] : 0);
     /* The outage was head-of-line blocking: local answers waiting ~175 ms
      * behind remote ones. That must never happen: p99 stays under 5 ms. */
     assert_true(m < 5.0);
-    /* Issue 9 also asks for <= 1.5x the run without remote traffic. On a
-     * quiet 2-core machine that is not met yet (0.15 -> 0.41 ms, ~2.7x:
-     * forwarding ~5,000 remote answers/s shares the cores with the local
-     * work), so it is reported, not asserted, until the issue is done. */
-    if (m > 1.5 * b)
-        fprintf(stderr, "NOTE: the 1.5x target of issue 9 is not met "
-                        "(%.2fx)\n", m / b);
+    /* Issue 9 also asks for <= 1.5x the run without remote traffic. The
+     * remote path adds ~5,700 answers/s of work (router thread, the
+     * shard's writes, the wake-ups between them) on the same 2 cores as the
+     * local work, and the machine is shared: whole runs swing by 10x. What
+     * is asserted is the median over paired windows (each with-remote
+     * window against the local-only one just before it) staying within a
+     * bound that such noise does not break, 4x; the 1.5x target is
+     * reported (docs/ROUTING.md "Head-of-line blocking" has the figures). */
+    assert_true(paired <= 4.0);
+    if (paired > 1.5)
+        fprintf(stderr,
+                "NOTE: the 1.5x target of issue 9 is not met here (%.2fx "
+                "paired, %.2fx by run medians)\n",
+                paired, m / b);
 }
 
 int main(void)

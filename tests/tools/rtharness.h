@@ -148,7 +148,7 @@ static inline rh_slot *rh_submit(kl_router *r, rh_batch *b, const rh_req *q)
     pthread_mutex_lock(&b->mu);
     b->inflight++;
     pthread_mutex_unlock(&b->mu);
-    kl_route_req rr = {&q->req, q->has_ctx ? &q->ctx : NULL};
+    kl_route_req rr = {.req = &q->req, .ctx = q->has_ctx ? &q->ctx : NULL};
     assert_int_equal(kl_router_route(r, &rr, rh_done, s, &s->h), KL_OK);
     return s;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/time.h"
 #include "router/router_int.h"
 
 static kl_router R;
@@ -109,6 +110,41 @@ static void test_ewma_and_timeout(void **state)
     assert_int_equal(kl_remote_timeout_ms(b), 20);
     free(a);
     free(b);
+}
+
+/* Queueing is not loss: answers that stream out of a burst (each one
+ * arriving while the connection was answering others) move the EWMA that
+ * orders routes, but not the window whose p99 sets the attempt timeout -
+ * only the wait of a request for its connection's first answer after it
+ * was sent does (stall.c). */
+static void test_timeout_ignores_queueing(void **state)
+{
+    (void)state;
+    kl_remote *a = rem("a", -1, 1, true);
+    kl_upconn c;
+    memset(&c, 0, sizeof c);
+    c.rm = a;
+    for (int i = 0; i < 20; i++)
+        kl_remote_sample(a, 20000000ull); /* idle round trips: 20 ms */
+    assert_int_equal(kl_remote_timeout_ms(a), 200);
+    /* 1,000 sent at once 20 ms ago: the first answer is a sample */
+    uint64_t sent = kl_now_ns() - 20000000ull;
+    uint64_t w = kl_upconn_progress(&c, sent);
+    assert_true(w >= 20000000ull && w < 1000000000ull);
+    kl_remote_sample2(a, w, w);
+    /* the rest stream out behind it, up to 500 ms late: no sample */
+    for (int i = 0; i < 999; i++) {
+        uint64_t w2 = kl_upconn_progress(&c, sent);
+        assert_true(w2 == 0);
+        kl_remote_sample2(a, 500000000ull, w2);
+    }
+    assert_true(a->ewma_ns > 400e6);                /* routing sees it */
+    assert_int_equal(kl_remote_timeout_ms(a), 200); /* the timeout not */
+    /* a request sent after the last answer waits for the next: a sample */
+    c.progress_ns = kl_now_ns() - 50000000ull;
+    w = kl_upconn_progress(&c, kl_now_ns() - 30000000ull);
+    assert_true(w >= 30000000ull && w < 1000000000ull);
+    free(a);
 }
 
 #define SKI_A "406550D87609ECAE021A83EF2C1F372C08F42699"
@@ -221,6 +257,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_latency_reorders, setup),
         cmocka_unit_test_setup(test_ewma_and_timeout, setup),
+        cmocka_unit_test_setup(test_timeout_ignores_queueing, setup),
         cmocka_unit_test_setup(test_candidates, setup),
         cmocka_unit_test_setup(test_forward_spec, setup),
     };
