@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "config/internal.h"
+#include "core/log.h"
 
 static const char *const default_dirs[] = {".", "/etc/keyless", NULL};
 static const char *const *search_dirs = default_dirs;
@@ -278,10 +279,12 @@ kl_status kl_cfg_derive(kl_config *cfg, char *err, size_t errlen)
                                cfg->current_time);
         cfg->has_current_time = true;
     }
+    if (kl_log_format_parse(cfg->log_format) < 0)
+        return kl_cfg_fail(err, errlen,
+                           "log_format: \"%s\" is not a log format; write "
+                           "log_format: text or log_format: json",
+                           cfg->log_format);
     KL_GUARD(tracing_endpoint(cfg));
-    if (cfg->tracing_enabled)
-        kl_cfg_warn(cfg, "tracing_enabled: trace export is not built into "
-                         "this keylessd yet; requests are not traced");
     if (cfg->sign_retry_count > 0)
         kl_cfg_warn(cfg,
                     "sign_retry_count: %d has no effect in keylessd "

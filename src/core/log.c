@@ -27,14 +27,127 @@ int kl_log_get_level(void)
     return atomic_load_explicit(&log_level, memory_order_relaxed);
 }
 
-void kl_log_set_prefix(const char *prefix) { log_prefix = prefix ? prefix : ""; }
+void kl_log_set_prefix(const char *prefix)
+{
+    log_prefix = prefix ? prefix : "";
+}
 
 static const char *const level_names[] = {"debug", "info",     "warning",
                                           "error", "critical", "fatal"};
 /* syslog priorities for the journal */
 static const int level_prio[] = {7, 6, 4, 3, 2, 0};
 
-void kl_log(int level, const char *fmt, ...)
+/* ---- JSON lines (log_format: json) ----------------------------------- */
+
+static atomic_int log_format = KL_LOG_TEXT;
+
+void kl_log_set_format(int format)
+{
+    atomic_store_explicit(&log_format,
+                          format == KL_LOG_JSON ? KL_LOG_JSON : KL_LOG_TEXT,
+                          memory_order_relaxed);
+}
+
+int kl_log_get_format(void)
+{
+    return atomic_load_explicit(&log_format, memory_order_relaxed);
+}
+
+int kl_log_format_parse(const char *name)
+{
+    if (!name || !*name || !strcmp(name, "text"))
+        return KL_LOG_TEXT;
+    if (!strcmp(name, "json"))
+        return KL_LOG_JSON;
+    return -1;
+}
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if none. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    size_t len = p[0] < 0x80                    ? 1
+                 : p[0] >= 0xC2 && p[0] <= 0xDF ? 2
+                 : (p[0] & 0xF0) == 0xE0        ? 3
+                 : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4
+                                                : 0;
+    if (!len || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+    /* no overlong 3/4-byte forms, no surrogates, nothing past U+10FFFF */
+    if (len == 3 &&
+        ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0)))
+        return 0;
+    if (len == 4 &&
+        ((p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90)))
+        return 0;
+    return len;
+}
+
+/* Appends s (n bytes) as a JSON string body: quotes, backslashes and
+ * control characters escaped, invalid UTF-8 replaced by U+FFFD, so every
+ * line is valid JSON whatever a client sent. Stops short rather than cut
+ * an escape. */
+static size_t json_esc(char *out, size_t pos, size_t cap, const char *s,
+                       size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        char tmp[8];
+        const char *rep = NULL;
+        size_t rl = 0, adv = 1;
+        if (p[i] == '"' || p[i] == '\\') {
+            tmp[0] = '\\';
+            tmp[1] = (char)p[i];
+            rep = tmp, rl = 2;
+        } else if (p[i] == '\n') {
+            rep = "\\n", rl = 2;
+        } else if (p[i] < 0x20 || p[i] == 0x7f) {
+            snprintf(tmp, sizeof tmp, "\\u%04x", p[i]);
+            rep = tmp, rl = 6;
+        } else if (p[i] >= 0x80) {
+            adv = utf8_len(p + i, n - i);
+            if (adv) {
+                rep = (const char *)p + i, rl = adv;
+            } else {
+                rep = "\\ufffd", rl = 6;
+                adv = 1;
+            }
+        } else {
+            rep = (const char *)p + i, rl = 1;
+        }
+        if (pos + rl >= cap)
+            break;
+        memcpy(out + pos, rep, rl);
+        pos += rl;
+        i += adv;
+    }
+    return pos;
+}
+
+static size_t json_member(char *out, size_t pos, size_t cap, const char *key,
+                          const char *val)
+{
+    if (!val || pos + strlen(key) + 8 >= cap)
+        return pos;
+    pos += (size_t)snprintf(out + pos, cap - pos, ",\"%s\":\"", key);
+    /* room for the closing quote and the object's closing brace */
+    pos = json_esc(out, pos, cap - 4, val, strlen(val));
+    out[pos++] = '"';
+    return pos;
+}
+
+static void emit(char *line, size_t n, size_t cap)
+{
+    if (n >= cap - 1)
+        n = cap - 2;
+    line[n++] = '\n';
+    line[n] = 0;
+    fputs(line, stderr);
+}
+
+static void vlog(int level, const kl_log_fields *f, const char *fmt, va_list ap)
 {
     if (level < kl_log_get_level())
         return;
@@ -49,15 +162,44 @@ void kl_log(int level, const char *fmt, ...)
 
     /* Build the whole line first so that concurrent threads never interleave
      * within a line: one fputs of one buffer. */
-    char line[2048];
+    char line[4096];
     size_t n = 0;
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    if (kl_log_get_format() == KL_LOG_JSON) {
+        char msg[2048], when[40];
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (journal)
+            n = (size_t)snprintf(line, sizeof line, "<%d>", level_prio[level]);
+        n += (size_t)snprintf(line + n, sizeof line - n,
+                              "{\"time\":\"%s.%06ldZ\",\"level\":\"%s\"", when,
+                              ts.tv_nsec / 1000, level_names[level]);
+        if (*log_prefix)
+            n = json_member(line, n, sizeof line, "logger", log_prefix);
+        if (f) {
+            n = json_member(line, n, sizeof line, "request_id", f->request_id);
+            n = json_member(line, n, sizeof line, "client", f->client);
+            n = json_member(line, n, sizeof line, "connection", f->connection);
+            n = json_member(line, n, sizeof line, "opcode", f->opcode);
+            n = json_member(line, n, sizeof line, "ski", f->ski);
+            n = json_member(line, n, sizeof line, "error", f->error);
+            if (f->duration_ms >= 0 && n + 40 < sizeof line)
+                n += (size_t)snprintf(line + n, sizeof line - n,
+                                      ",\"duration_ms\":%.3f", f->duration_ms);
+        }
+        /* the message last: if it must be cut, the fields are kept */
+        n = json_member(line, n, sizeof line, "msg", msg);
+        if (n < sizeof line - 2)
+            line[n++] = '}';
+        emit(line, n, sizeof line);
+        return;
+    }
     if (journal) {
         n = (size_t)snprintf(line, sizeof line, "<%d>", level_prio[level]);
     } else {
-        struct timespec ts;
-        struct tm tm;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        gmtime_r(&ts.tv_sec, &tm);
         n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
         n += (size_t)snprintf(line + n, sizeof line - n, ".%03ldZ ",
                               ts.tv_nsec / 1000000);
@@ -67,19 +209,29 @@ void kl_log(int level, const char *fmt, ...)
     if (n < sizeof line)
         n += (size_t)snprintf(line + n, sizeof line - n, "[%s] ",
                               level_names[level]);
-    if (n < sizeof line) {
-        va_list ap;
-        va_start(ap, fmt);
+    if (n < sizeof line)
         n += (size_t)vsnprintf(line + n, sizeof line - n, fmt, ap);
-        va_end(ap);
-    }
     if (n >= sizeof line - 1)
         n = sizeof line - 2;
     /* one event, one line: fold embedded newlines */
     for (size_t i = 0; i < n; i++)
         if (line[i] == '\n')
             line[i] = ' ';
-    line[n++] = '\n';
-    line[n] = 0;
-    fputs(line, stderr);
+    emit(line, n, sizeof line);
+}
+
+void kl_log(int level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void kl_logf(int level, const kl_log_fields *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, f, fmt, ap);
+    va_end(ap);
 }

@@ -62,6 +62,12 @@ struct kl_metrics {
     mx_cert *certs;
     size_t ncerts;
     _Atomic uint64_t certs_dropped;
+    /* issue 11 (routes.c): the router's and the tracer's figures, as the
+     * scrape hook last set them; guarded by lock */
+    kl_metrics_route *routes;
+    size_t nroutes;
+    bool has_tracing;
+    kl_metrics_tracing tracing;
 };
 
 /* ---- labels and buckets (labels.c) ------------------------------------ */
@@ -106,5 +112,8 @@ void mx_render_process(mx_buf *b);
 /* Caller holds m->lock. */
 void mx_render_certs(kl_metrics *m, mx_buf *b);
 void mx_certs_free(kl_metrics *m);
+/* routes.c; caller holds m->lock */
+void mx_render_routes(kl_metrics *m, mx_buf *b);
+void mx_routes_free(kl_metrics *m);
 
 #endif

@@ -133,6 +133,30 @@ void kl_metrics_reload_result(kl_metrics *m, bool ok, time_t when);
 typedef void (*kl_metrics_scrape_fn)(kl_metrics *m, void *arg);
 void kl_metrics_on_scrape(kl_metrics *m, kl_metrics_scrape_fn fn, void *arg);
 
+/* ---- routes and tracing (routes.c, issue 11) --------------------------- */
+
+/* Geo routing (docs/METRICS.md): the upstream routes as the router sees
+ * them, for keylessd_route_*. Set from the scrape hook (any thread);
+ * copied. Names are the routing table's, so the label set is bounded by
+ * the configuration. */
+typedef struct kl_metrics_route {
+    char name[80];
+    char region[72];
+    bool up;
+    double ewma_seconds; /* < 0: no sample yet (no series) */
+    uint64_t inflight;
+    uint64_t requests; /* attempts sent */
+    uint64_t errors;   /* timeouts and connection failures */
+} kl_metrics_route;
+void kl_metrics_set_routes(kl_metrics *m, const kl_metrics_route *r, size_t n);
+
+/* Trace export (docs/TRACING.md): keylessd_trace_* from the tracer's
+ * counters. Absent until first set. */
+typedef struct kl_metrics_tracing {
+    uint64_t exported, dropped_full, dropped_export, export_failures;
+} kl_metrics_tracing;
+void kl_metrics_set_tracing(kl_metrics *m, const kl_metrics_tracing *t);
+
 /* ---- certificate_expiration_timestamp_seconds (certs.c) --------------- */
 
 /* Sets the series of one certificate; the same certificate from the same

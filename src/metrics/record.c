@@ -35,6 +35,7 @@ void kl_metrics_free(kl_metrics *m)
         l = next;
     }
     mx_certs_free(m);
+    mx_routes_free(m);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }

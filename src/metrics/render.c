@@ -192,6 +192,7 @@ char *kl_metrics_render(kl_metrics *m, size_t *len)
     render_reference(&b, t);
     mx_render_certs(m, &b);
     render_own(&b, m, t);
+    mx_render_routes(m, &b); /* routes and tracing, when set */
     pthread_mutex_unlock(&m->lock);
     mx_render_process(&b);
     free(t);

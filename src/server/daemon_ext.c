@@ -1,8 +1,10 @@
 /* The daemon's geo router and metrics endpoint (daemon_ext.h has the
  * order). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "server/daemon_ext.h"
@@ -50,7 +52,34 @@ static kl_router_opts router_opts(const kl_config *cfg)
         .max_inflight_per_conn = cfg->router_max_inflight_per_conn,
         .max_fds = cfg->router_max_fds,
         .max_inflight = cfg->router_max_inflight,
+        .dns_ttl_floor_ms = ms(cfg->router_dns_ttl_floor_ns),
+        .dns_ttl_ceiling_ms = ms(cfg->router_dns_ttl_ceiling_ns),
+        .dns_server = or_default(cfg->router_dns_server, NULL),
+        .conn_idle_ms = ms(cfg->router_conn_idle_timeout_ns),
     };
+}
+
+/* issue 11, docs/TRACING.md: one span ring per shard. A tracer that
+ * cannot start is reported and keylessd serves without it. */
+static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    kl_tracer_opts to = {
+        .endpoint = cfg->tracing_endpoint,
+        .sample_rate = cfg->tracing_sample_rate,
+        .rings = cfg->shards > 0 ? (unsigned)cfg->shards
+                 : ncpu > 0      ? (unsigned)ncpu
+                                 : 1,
+    };
+    char err[512];
+    if (kl_tracer_new(&to, &x->tracer, err, sizeof err) != KL_OK) {
+        kl_error("%s; serving without tracing", err);
+        x->tracer = NULL;
+        return;
+    }
+    kl_info("tracing: OTLP/HTTP to %s, sample rate %g (requests with a "
+            "span context follow its sampled flag)",
+            cfg->tracing_endpoint, cfg->tracing_sample_rate);
 }
 
 bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
@@ -64,9 +93,12 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
         if (!x->metrics)
             kl_error("metrics: out of memory; serving without them");
     }
+    if (cfg->tracing_enabled)
+        start_tracing(x, cfg);
     if (!cfg->router_table || !*cfg->router_table)
         return true;
     kl_router_opts o = router_opts(cfg);
+    o.tracer = x->tracer;
     char err[1024];
     if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
         kl_error("router_table: %s; not starting", err);
@@ -123,6 +155,35 @@ static void on_scrape(kl_metrics *m, void *arg)
             kl_metrics_set_queue_depth(
                 m, c, kl_pool_queued(x->pool, (kl_cost_class)c));
     kl_metrics_set_keys_loaded(m, atomic_load(&x->keys));
+    /* issue 11: per upstream route, and the trace exporter */
+    if (x->router) {
+        kl_remote_stats st[64];
+        kl_metrics_route mr[64];
+        size_t n = kl_router_remote_stats(x->router, st, 64);
+        if (n > 64)
+            n = 64;
+        for (size_t i = 0; i < n; i++) {
+            memset(&mr[i], 0, sizeof mr[i]);
+            _Static_assert(sizeof mr[i].name == sizeof st[i].name &&
+                               sizeof mr[i].region == sizeof st[i].region,
+                           "route names fit");
+            memcpy(mr[i].name, st[i].name, sizeof mr[i].name);
+            memcpy(mr[i].region, st[i].region, sizeof mr[i].region);
+            mr[i].up = st[i].up;
+            mr[i].ewma_seconds = st[i].ewma_ms < 0 ? -1 : st[i].ewma_ms / 1e3;
+            mr[i].inflight = st[i].inflight;
+            mr[i].requests = st[i].sent;
+            mr[i].errors = st[i].failed;
+        }
+        kl_metrics_set_routes(m, mr, n);
+    }
+    if (x->tracer) {
+        kl_tracer_stats ts;
+        kl_tracer_get_stats(x->tracer, &ts);
+        kl_metrics_set_tracing(
+            m, &(kl_metrics_tracing){ts.exported, ts.dropped_full,
+                                     ts.dropped_export, ts.export_failures});
+    }
 }
 
 /* certificate_expiration_timestamp_seconds for the configured files: the
@@ -239,5 +300,9 @@ void kl_ext_free(kl_daemon_ext *x)
     for (size_t i = 0; i < 3; i++)
         free(x->cert_src[i]);
     kl_metrics_free(x->metrics);
+    if (x->tracer) {
+        /* the shards and the router are gone: flush, at most 2 s */
+        kl_tracer_free(x->tracer, 2000);
+    }
     memset(x, 0, sizeof *x);
 }

@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "crypto/pool.h"
 #include "metrics/metrics.h"
+#include "metrics/trace.h"
 #include "router/router.h"
 #include "server/server.h"
 
@@ -27,6 +28,7 @@ typedef struct kl_daemon_ext {
     kl_metrics *metrics;   /* NULL: metrics_port 0 */
     kl_metrics_http *http; /* NULL: not serving (off, or the bind failed) */
     kl_pool *pool;         /* for the queue depths at scrape */
+    kl_tracer *tracer;     /* NULL: tracing_enabled false (issue 11) */
     atomic_bool listening, draining;
     _Atomic uint64_t keys; /* keys loaded, for /ready */
     /* the certificate files exported as certificate_expiration_* */

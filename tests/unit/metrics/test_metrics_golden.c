@@ -166,6 +166,63 @@ static void test_own_series(void **state)
     kl_metrics_free(m);
 }
 
+/* issue 11: per upstream route (from the router) and the trace exporter,
+ * absent until set; a route without a latency sample has no EWMA series;
+ * label values are escaped */
+static void test_route_and_trace_series(void **state)
+{
+    (void)state;
+    kl_metrics *m = kl_metrics_new();
+    char *s = mt_scrape(m);
+    assert_null(strstr(s, "keylessd_route_"));
+    assert_null(strstr(s, "keylessd_trace_"));
+    free(s);
+    kl_metrics_route r[2] = {
+        {.name = "fra1",
+         .region = "eu",
+         .up = true,
+         .ewma_seconds = 0.0125,
+         .inflight = 3,
+         .requests = 40,
+         .errors = 2},
+        {.name = "sjc \"2\"", .region = "us", .up = false, .ewma_seconds = -1},
+    };
+    kl_metrics_set_routes(m, r, 2);
+    kl_metrics_set_tracing(m, &(kl_metrics_tracing){.exported = 120,
+                                                    .dropped_full = 4,
+                                                    .dropped_export = 8,
+                                                    .export_failures = 1});
+    s = mt_scrape(m);
+    mt_assert_line(s, "# TYPE keylessd_route_up gauge");
+    mt_assert_line(s, "keylessd_route_up{region=\"eu\",route=\"fra1\"} 1");
+    mt_assert_line(s, "keylessd_route_up{region=\"us\",route=\"sjc "
+                      "\\\"2\\\"\"} 0");
+    mt_assert_line(s, "# TYPE keylessd_route_latency_ewma_seconds gauge");
+    mt_assert_line(s, "keylessd_route_latency_ewma_seconds{region=\"eu\","
+                      "route=\"fra1\"} 0.0125");
+    assert_null(strstr(s, "keylessd_route_latency_ewma_seconds{region=\"us\""));
+    mt_assert_line(s, "keylessd_route_requests_in_flight{region=\"eu\","
+                      "route=\"fra1\"} 3");
+    mt_assert_line(s, "# TYPE keylessd_route_requests_total counter");
+    mt_assert_line(s, "keylessd_route_requests_total{region=\"eu\","
+                      "route=\"fra1\"} 40");
+    mt_assert_line(s, "keylessd_route_errors_total{region=\"eu\","
+                      "route=\"fra1\"} 2");
+    mt_assert_line(s, "# TYPE keylessd_trace_spans_exported_total counter");
+    mt_assert_line(s, "keylessd_trace_spans_exported_total 120");
+    mt_assert_line(s, "keylessd_trace_spans_dropped_total{reason="
+                      "\"queue_full\"} 4");
+    mt_assert_line(s, "keylessd_trace_spans_dropped_total{reason="
+                      "\"export_failed\"} 8");
+    mt_assert_line(s, "keylessd_trace_export_failures_total 1");
+    free(s);
+    kl_metrics_set_routes(m, NULL, 0); /* the table lost its remotes */
+    s = mt_scrape(m);
+    assert_null(strstr(s, "keylessd_route_"));
+    free(s);
+    kl_metrics_free(m);
+}
+
 static void test_process_series(void **state)
 {
     (void)state;
@@ -209,6 +266,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_series),
         cmocka_unit_test(test_own_series),
+        cmocka_unit_test(test_route_and_trace_series),
         cmocka_unit_test(test_process_series),
         cmocka_unit_test(test_null_slot),
     };

@@ -40,6 +40,11 @@ static void populate(kl_metrics *m)
     kl_metrics_handshake_failed(l, KL_HS_FAIL_TIMEOUT);
     kl_metrics_loop_busy(l, 123456789);
     kl_metrics_reload_result(m, true, 1700000000);
+    /* issue 11: routes and tracing */
+    kl_metrics_route r = {.name = "fra1", .region = "eu", .up = true,
+                          .ewma_seconds = 0.01, .requests = 5};
+    kl_metrics_set_routes(m, &r, 1);
+    kl_metrics_set_tracing(m, &(kl_metrics_tracing){.exported = 3});
     assert_int_equal(kl_metrics_cert_expiry_add_file(
                          m, tu_vector_path("certs/rsa-2048.crt")),
                      KL_OK);
