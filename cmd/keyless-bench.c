@@ -109,7 +109,9 @@ static void submit(bworker *w, bconn *c, uint64_t intended)
         .opcode = o->op,
         .payload = o->in + (size_t)r->ini * o->inlen,
         .payload_len = o->inlen,
-        .ski = o->op == KL_OP_PING ? NULL : o->ski,
+        .ski = o->op == KL_OP_PING ? NULL
+               : o->from_list      ? b->skis[rnd_next(&w->rnd) % b->nskis]
+                                   : o->ski,
         .sni = b->sni,
         .server_ip = b->server_ip_len ? b->server_ip : NULL,
         .server_ip_len = b->server_ip_len,

@@ -44,6 +44,7 @@ typedef struct bop {
     char label[64];    /* "ecdsa-sha256" */
     uint8_t *in;       /* BENCH_NINPUT inputs of inlen bytes */
     size_t inlen;
+    bool from_list; /* -ski-file: each request picks one of b->skis */
 } bop;
 
 typedef struct bconn {
@@ -102,6 +103,7 @@ struct bench {
     const char *server;
     unsigned port;
     const char *ski_hex, *pubkey_file;
+    const char *ski_file; /* -ski-file: many keys, one picked per request */
     const char *op_name, *mix;
     const char *cert, *key, *ca, *server_name;
     const char *sni, *server_ip_text;
@@ -123,6 +125,8 @@ struct bench {
     uint64_t total_weight;
     uint8_t server_ip[16];
     size_t server_ip_len;
+    uint8_t (*skis)[20]; /* -ski-file's SKIs */
+    size_t nskis;
     char addr[300];
     size_t nlin;
     /* the run */
@@ -157,6 +161,10 @@ int bench_connect(bench *b);
  * connection is measured on the server meanwhile), then reports. */
 int bench_hold_idle(bench *b);
 void bench_free(bench *b);
+/* Reads -ski-file: one SKI per line as 40 hex digits, the line's first
+ * word (so `keyless-cli ski` and `keylessd --keystore-debug` output work
+ * as they are); blank lines and # comments skipped. err names file:line. */
+int bench_load_skis(bench *b, const char *path, char *err, size_t errlen);
 
 /* bench_report.c */
 int bench_stats_init(bstats *s, const bench *b);

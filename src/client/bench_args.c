@@ -31,6 +31,9 @@ static const flag flags[] = {
     {"pubkey", F_STR, OFF(pubkey_file), "FILE",
      "certificate or public key of the key (gives the SKI; needed for "
      "-verify and rsa-decrypt)"},
+    {"ski-file", F_STR, OFF(ski_file), "FILE",
+     "many keys: SKIs one per line (hex, the first word), each request "
+     "signs with one picked at random"},
     {"op", F_STR, OFF(op_name), "OP", "operation (default ecdsa-sha256)"},
     {"mix", F_STR, OFF(mix), "OP[@KEY][:W],...",
      "weighted mix of operations; KEY is an SKI or a key file (default: "

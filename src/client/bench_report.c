@@ -322,6 +322,8 @@ static void print_json(const bench *b, const totals *t)
                                     : b->bandwidth       ? "bandwidth"
                                                          : "closed"));
     json_object_set_new(j, "connections", json_integer((json_int_t)b->nconns));
+    if (b->nskis) /* -ski-file: keys the requests were spread over */
+        json_object_set_new(j, "keys", json_integer((json_int_t)b->nskis));
     json_object_set_new(j, "depth", json_integer(b->depth));
     json_object_set_new(j, "threads", json_integer(b->threads));
     if (b->mode == MODE_OPEN)

@@ -45,6 +45,16 @@ static int resolve_key(bench *b, bop *o)
             ski = o->key_arg;
         else
             file = o->key_arg;
+    } else if (b->nskis) {
+        /* -ski-file: the first SKI stands for the list (submit picks) */
+        memcpy(o->ski, b->skis[0], 20);
+        o->have_ski = o->from_list = true;
+        if (o->op == KL_OP_RSA_DECRYPT || b->verify)
+            return fail("-ski-file gives no public keys: %s%s",
+                        b->verify ? "-verify needs -pubkey"
+                                  : "rsa-decrypt needs -pubkey",
+                        NULL);
+        return BENCH_EXIT_OK;
     } else {
         file = b->pubkey_file;
         ski = b->ski_hex;
@@ -228,6 +238,12 @@ int bench_prepare(bench *b)
     }
     if (!!b->cert != !!b->key)
         return fail("-cert and -key go together%s%s", NULL, NULL);
+    if (b->ski_file) {
+        if (b->ski_hex || b->pubkey_file)
+            return fail("-ski-file and -ski/-pubkey: give one%s%s", NULL, NULL);
+        if (bench_load_skis(b, b->ski_file, err, sizeof err) != BENCH_EXIT_OK)
+            return fail("-ski-file: %s%s", err, NULL);
+    }
     for (unsigned i = 0; i < b->nops; i++)
         if ((rc = resolve_key(b, &b->ops[i])) != BENCH_EXIT_OK ||
             (rc = make_inputs(&b->ops[i])) != BENCH_EXIT_OK)
@@ -412,8 +428,69 @@ int bench_hold_idle(bench *b)
     return rc;
 }
 
+int bench_load_skis(bench *b, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return BENCH_EXIT_USAGE;
+    }
+    char line[1024];
+    size_t cap = 0, lineno = 0;
+    int rc = BENCH_EXIT_OK;
+    while (rc == BENCH_EXIT_OK && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *w = line + strspn(line, " \t");
+        size_t wl = strcspn(w, " \t\r\n");
+        if (!wl || *w == '#')
+            continue;
+        char hex[41];
+        if (wl != 40) {
+            snprintf(err, errlen,
+                     "%s:%zu: expected an SKI (40 hex digits) as the first "
+                     "word",
+                     path, lineno);
+            rc = BENCH_EXIT_USAGE;
+            break;
+        }
+        memcpy(hex, w, 40);
+        hex[40] = 0;
+        if (b->nskis == cap) {
+            size_t nc = cap ? 2 * cap : 1024;
+            void *p = realloc(b->skis, nc * sizeof *b->skis);
+            if (!p) {
+                snprintf(err, errlen, "out of memory");
+                rc = BENCH_EXIT_USAGE;
+                break;
+            }
+            b->skis = p;
+            cap = nc;
+        }
+        if (kl_ski_parse(hex, b->skis[b->nskis]) != KL_OK) {
+            snprintf(err, errlen, "%s:%zu: \"%s\" is not an SKI", path, lineno,
+                     hex);
+            rc = BENCH_EXIT_USAGE;
+            break;
+        }
+        b->nskis++;
+    }
+    if (rc == BENCH_EXIT_OK && ferror(f)) {
+        snprintf(err, errlen, "%s: read error", path);
+        rc = BENCH_EXIT_USAGE;
+    }
+    fclose(f);
+    if (rc == BENCH_EXIT_OK && !b->nskis) {
+        snprintf(err, errlen, "%s: no SKI in the file", path);
+        rc = BENCH_EXIT_USAGE;
+    }
+    return rc;
+}
+
 void bench_free(bench *b)
 {
+    free(b->skis);
+    b->skis = NULL;
+    b->nskis = 0;
     for (unsigned i = 0; i < b->nops; i++) {
         EVP_PKEY_free(b->ops[i].pub);
         free(b->ops[i].in);

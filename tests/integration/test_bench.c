@@ -3,10 +3,11 @@
  * mix of every kind of operation verified answer by answer, JSON, threads,
  * idle connections - outputs parsed, counts plausible, no errors; and the
  * negative controls: a key the server lacks counts errors and fails, bad
- * flags are named. */
+ * flags are named; -ski-file spreads requests over a list of keys. */
 #include "daemon.h"
 #include "pki.h"
 #include "testutil.h"
+#include "tool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +20,9 @@
 
 static td_daemon d;
 static char *dir;
-static char bench[1024], server[64], port[16];
-static char client_crt[1024], client_key[1024], ca_crt[1024];
+static tt_tool bench; /* keyless-bench with the test PKI's TLS flags */
+static char server[64], port[16];
 static char p256[1024], p384[1024], rsa[1024], ed[1024], p256_ski[41];
-
-static void keep(char *dst, const char *src)
-{
-    snprintf(dst, 1024, "%s", src);
-}
 
 static int setup(void **state)
 {
@@ -41,14 +37,11 @@ static int setup(void **state)
     td_start(&d, &o);
     snprintf(server, sizeof server, "127.0.0.1:%u", d.port);
     snprintf(port, sizeof port, "%u", d.port);
-    snprintf(bench, sizeof bench, "%s/keyless-bench", tu_bin_dir());
-    keep(client_crt, tp_path("client.crt"));
-    keep(client_key, tp_path("client.key"));
-    keep(ca_crt, tp_path("ca.crt"));
-    keep(p256, tp_path("pubkeys/ecdsa-p256.pem"));
-    keep(p384, tp_path("pubkeys/ecdsa-p384.pem"));
-    keep(rsa, tp_path("pubkeys/rsa-2048.pem"));
-    keep(ed, tp_path("pubkeys/ed25519.pem"));
+    tt_tool_init(&bench, "keyless-bench", "-");
+    tt_keep(p256, tp_path("pubkeys/ecdsa-p256.pem"));
+    tt_keep(p384, tp_path("pubkeys/ecdsa-p384.pem"));
+    tt_keep(rsa, tp_path("pubkeys/rsa-2048.pem"));
+    tt_keep(ed, tp_path("pubkeys/ed25519.pem"));
     EVP_PKEY *pk = tp_load_pub(p256);
     uint8_t ski[20];
     tp_ski(pk, ski);
@@ -68,19 +61,7 @@ static int teardown(void **state)
  * returns the exit status, output in *out. */
 static int run(char **out, const char *const *args)
 {
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = bench;
-    argv[n++] = "-cert";
-    argv[n++] = client_crt;
-    argv[n++] = "-key";
-    argv[n++] = client_key;
-    argv[n++] = "-ca";
-    argv[n++] = ca_crt;
-    for (int i = 0; args[i] && n < 63; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    return td_run(argv, out, 60000);
+    return tt_tool_run(&bench, NULL, args, out, 60000);
 }
 
 static void run_ok(char **out, const char *const *args)
@@ -342,6 +323,54 @@ static void test_unknown_key_counts_errors(void **state)
     free(out);
 }
 
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* -ski-file: each request signs with one of the listed keys, picked at
+ * random. A list of the server's P-256 key (in --keystore-debug's line
+ * format) and a key it lacks: about half the answers are `key not found`,
+ * the rest signatures; JSON says how many keys. */
+static void test_ski_file(void **state)
+{
+    char path[1200], text[512];
+    snprintf(path, sizeof path, "%s/skis.txt", dir);
+    snprintf(text, sizeof text,
+             "# SKIs\n\n%s  ECDSA-P-256    file   /keys/ecdsa-p256.key\n"
+             "  %s\n",
+             p256_ski, "abababababababababababababababababababab");
+    write_file(path, text);
+    char *out = NULL;
+    const char *a[] = {"-server",      server, "-ski-file", path,
+                       "-connections", "2",    "-depth",    "8",
+                       "-duration",    "1s",   "-json",     NULL};
+    assert_int_equal(run(&out, a), 1); /* the unknown key's errors */
+    json_t *j = parse_json(out);
+    assert_int_equal(jnum(j, "keys"), 2);
+    double ok = jnum(j, "operations"), err = jnum(j, "errors");
+    if (ok < 100 || err < 100 || ok / (ok + err) < 0.35 ||
+        ok / (ok + err) > 0.65)
+        fail_msg("expected about half errors: %g ok, %g errors", ok, err);
+    json_decref(j);
+    free(out);
+
+    /* only keys the server holds: no error */
+    snprintf(text, sizeof text, "%s\n%s\n", p256_ski, p256_ski);
+    write_file(path, text);
+    const char *b[] = {"-server",      server,      "-ski-file", path,    "-op",
+                       "ecdsa-sha384", "-duration", "300ms",     "-json", NULL};
+    run_ok(&out, b);
+    j = parse_json(out);
+    assert_true(jnum(j, "operations") > 10);
+    assert_int_equal(jnum(j, "errors"), 0);
+    json_decref(j);
+    free(out);
+}
+
 static void expect_usage(const char *const *args, const char *must_contain)
 {
     char *out = NULL;
@@ -378,8 +407,31 @@ static void test_bad_flags(void **state)
                        "-ski",    p256_ski, NULL};
     expect_usage(m, "weight");
 
+    /* -ski-file: named file and line, and the flags it excludes */
+    char path[1200], want[1300];
+    snprintf(path, sizeof path, "%s/bad-skis.txt", dir);
+    write_file(path, "# one good, one bad\n"
+                     "abababababababababababababababababababab\n\n"
+                     "abab\n");
+    snprintf(want, sizeof want, "%s:4: expected an SKI", path);
+    const char *s1[] = {"-server", server, "-ski-file", path, NULL};
+    expect_usage(s1, want);
+    write_file(path, "zzababababababababababababababababababab\n");
+    expect_usage(s1, "is not an SKI");
+    write_file(path, "# nothing\n\n");
+    expect_usage(s1, "no SKI in the file");
+    const char *s2[] = {"-server", server, "-ski-file", "/nonexistent/skis",
+                        NULL};
+    expect_usage(s2, "/nonexistent/skis: No such file");
+    write_file(path, "abababababababababababababababababababab\n");
+    const char *s3[] = {"-server", server, "-ski-file", path,
+                        "-pubkey", p256,   NULL};
+    expect_usage(s3, "-ski-file and -ski/-pubkey");
+    const char *s4[] = {"-server", server, "-ski-file", path, "-verify", NULL};
+    expect_usage(s4, "-verify needs -pubkey");
+
     char *out = NULL;
-    const char *help[] = {bench, "-h", NULL};
+    const char *help[] = {bench.path, "-h", NULL};
     assert_int_equal(td_run(help, &out, 10000), 0);
     assert_non_null(strstr(out, "-histogram-step"));
     free(out);
@@ -400,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_idle_connections),
         cmocka_unit_test(test_unknown_key_counts_errors),
+        cmocka_unit_test(test_ski_file),
         cmocka_unit_test(test_bad_flags),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
