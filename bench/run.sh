@@ -8,6 +8,18 @@
 #   bench/run.sh            the full table (about 10 minutes, bounded)
 #   bench/run.sh --smoke    every scenario once for about a second, results
 #                           under the build directory (CI: keeps it working)
+#   bench/run.sh --remote [--smoke]
+#                           only the geo-routing remote path (issue 9):
+#                           keyless-bench -> keylessd router -> keylessd
+#                           backend holding the key, against the backend
+#                           directly; prints the "Geo routing (remote path)"
+#                           rows for bench/RESULTS.md (about 3 minutes;
+#                           ROUTER_FLAGS adds keylessd flags to the router)
+#   bench/run.sh --scale [--smoke]
+#                           only the scale and storm scenarios (100,000
+#                           keys, reconnect storm, floods, ECDSA nonces:
+#                           bench/scale.sh); prints their section for
+#                           bench/RESULTS.md (about 10 minutes)
 #
 # Binaries come from $KL_BIN_DIR (default: build/). Everything runs on
 # 127.0.0.1; every process started here is stopped on exit.
@@ -18,11 +30,16 @@ BUILD=${KL_BIN_DIR:-$ROOT/build}
 KEYLESSD=$BUILD/keylessd
 BENCH=$BUILD/keyless-bench
 smoke=0
-case "${1:-}" in
---smoke) smoke=1 ;;
-"") ;;
-*) echo "usage: $0 [--smoke]" >&2; exit 2 ;;
-esac
+remote=0
+scale=0
+for arg in "$@"; do
+    case "$arg" in
+    --smoke) smoke=1 ;;
+    --remote) remote=1 ;;
+    --scale) scale=1 ;;
+    *) echo "usage: $0 [--remote | --scale] [--smoke]" >&2; exit 2 ;;
+    esac
+done
 for b in "$KEYLESSD" "$BENCH"; do
     [ -x "$b" ] || { echo "run.sh: $b missing: build first (make)" >&2; exit 1; }
 done
@@ -177,6 +194,102 @@ print(int(statistics.median(v)) if v else 0)
 EOF
 }
 
+# ---- scale and storm scenarios (bench/scale.sh; --scale runs only them) ----
+source "$ROOT/bench/scale.sh"
+if [ $scale = 1 ]; then
+    date -u +%Y-%m-%dT%H:%M:%SZ >"$WORK/date"
+    la0=$(cut -d' ' -f1-3 /proc/loadavg)
+    scale_all
+    echo "Run $(cat "$WORK/date"), $(nproc) cores, load average before / after: $la0 / $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo
+    python3 "$ROOT/bench/scale.py" "$WORK" $([ $smoke = 1 ] && echo --smoke)
+    exit 0
+fi
+# ---- end of the scale and storm scenarios ----------------------------------
+
+# ---- geo routing: the remote path (issue 9; --remote) ------------------------
+# A backend keylessd holds the key; a router keylessd holds no key and
+# forwards to the backend through its routing table (both on 127.0.0.1).
+# The same load runs against the backend directly and through the router:
+# closed loop (8 connections x 64) for throughput, open loop for latency.
+# REPS runs each, alternating direct and routed so that both see the same
+# background load; medians printed as markdown rows.
+if [ $remote = 1 ]; then
+    RDUR=$DUR; [ $smoke = 1 ] || RDUR=8
+    PORT_B=$PORT
+    start_server 0
+    pick_port
+    while [ "$PORT" = "$PORT_B" ]; do pick_port; done
+    PORT_R=$PORT
+    mkdir -p "$WORK/nokeys" && chmod 700 "$WORK/nokeys"
+    SKI=$("$BUILD/keyless-cli" ski "$(pub ecdsa-p256)" | awk '{print $1}')
+    printf 'servers:\n  - {name: backend, address: "127.0.0.1:%s", region: local, serves: [%s]}\n' \
+        "$PORT_B" "$SKI" >"$WORK/routes.yaml"
+    KEYLESS_METRICS_PORT=0 "$KEYLESSD" --listen-address=127.0.0.1 \
+        --port=$PORT_R --auth-cert="$PKI/server.crt" \
+        --auth-key="$PKI/server.key" --cloudflare-ca-cert="$PKI/ca.crt" \
+        --private-key-dirs="$WORK/nokeys" --workers=0 --loglevel=2 \
+        --router-table="$WORK/routes.yaml" --router-cert="$PKI/client.crt" \
+        --router-key="$PKI/client.key" --router-ca="$PKI/ca.crt" \
+        --router-server-name=127.0.0.1 --idle-timeout=10m \
+        ${ROUTER_FLAGS:-} \
+        >"$WORK/router.log" 2>&1 &
+    ROUTER_PID=$!
+    BG_PIDS+=($ROUTER_PID)
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$PORT_R") 2>/dev/null && break
+        kill -0 $ROUTER_PID 2>/dev/null || { cat "$WORK/router.log" >&2; exit 1; }
+        sleep 0.1
+    done
+    sleep 1 # the router's first probe measures the backend
+    rate=2000
+    date -u +%Y-%m-%dT%H:%M:%SZ >"$WORK/date"
+    for rep in $(seq $REPS); do
+        for via in direct router; do
+            port=$PORT_B
+            [ $via = router ] && port=$PORT_R
+            T=(-cert "$PKI/client.crt" -key "$PKI/client.key" -ca "$PKI/ca.crt"
+               -server "127.0.0.1:$port" -server-name 127.0.0.1
+               -pubkey "$(pub ecdsa-p256)" -op ecdsa-sha256 -verify -json)
+            log "remote path: $via run $rep/$REPS"
+            # exit 1 = some requests failed: counted in the table
+            "$BENCH" "${T[@]}" -warmup ${WARM}s -duration ${RDUR}s \
+                -connections 8 -depth 64 >"$WORK/r-closed-$via.$rep.json" ||
+                [ $? = 1 ]
+            "$BENCH" "${T[@]}" -warmup ${WARM}s -duration ${RDUR}s \
+                -connections 1 -rate $rate >"$WORK/r-open-$via.$rep.json" ||
+                [ $? = 1 ]
+        done
+    done
+    grep -h "router:" "$WORK/router.log" | tail -5 >&2 || true
+    python3 - "$WORK" "$REPS" "$rate" "$(cat "$WORK/date")" "$(nproc)" <<'PYEOF'
+import json, statistics, sys
+work, reps, rate, date, ncpu = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+def med(kind, via, f):
+    return statistics.median(
+        f(json.load(open(f"{work}/r-{kind}-{via}.{r}.json"))) for r in range(1, reps + 1))
+ops = lambda j: j["ops_per_sec"]
+p50 = lambda j: j["latency_us"]["p50"] / 1000
+p99 = lambda j: j["latency_us"]["p99"] / 1000
+err = lambda j: j["errors"]
+print(f"Run {date}, {ncpu} cores, medians of {reps} runs (keyless-bench -verify: every signature checked).")
+print()
+print(f"| path (ECDSA P-256) | 8 x 64: ops/s | 8 x 64: p50 / p99 ms | open loop {rate}/s: p50 / p99 ms | errors |")
+print("|---|---|---|---|---|")
+for via, name in (("direct", "backend directly"), ("router", "through the router (1 hop)")):
+    print(f"| {name} | {med('closed', via, ops):.0f} | {med('closed', via, p50):.2f} / {med('closed', via, p99):.2f} "
+          f"| {med('open', via, p50):.3f} / {med('open', via, p99):.3f} "
+          f"| {med('closed', via, err) + med('open', via, err):.0f} |")
+d50 = med('open', 'router', p50) - med('open', 'direct', p50)
+d99 = med('open', 'router', p99) - med('open', 'direct', p99)
+ratio = med('closed', 'router', ops) / max(1, med('closed', 'direct', ops))
+print()
+print(f"Added by the hop (open loop): p50 +{d50:.3f} ms, p99 +{d99:.3f} ms; "
+      f"routed throughput {ratio:.2f}x direct (8 x 64).")
+PYEOF
+    exit 0
+fi
+
 # ---- the ceiling ---------------------------------------------------------------
 log "ceiling: openssl speed -multi 2"
 for alg in ecdsap256 ed25519 rsa2048; do
@@ -244,6 +357,7 @@ BG_PIDS=()
 echo "$IDLE_N $rss0 $rss1 $(grep -o 'connected in [0-9.]*s' "$WORK/idle.out" || true)" \
     >"$WORK/idle.mem"
 stop_server
+scale_all # bench/scale.sh: 100,000 keys, reconnect storm, floods, nonces
 cat /proc/loadavg >"$WORK/loadavg.after"
 
 # ---- results -----------------------------------------------------------------------

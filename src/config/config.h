@@ -36,6 +36,7 @@ typedef struct kl_test_delay {
 typedef struct kl_config {
     /* options (fields named as their YAML keys) */
     int loglevel;
+    char *log_format; /* "text" or "json" (issue 11) */
     char *hostname;
     char *zone_id;
     char *origin_ca_api_key; /* secret: redacted in --output-config */
@@ -60,8 +61,8 @@ typedef struct kl_config {
     bool watch_key_dirs;
     uint64_t watch_delay_ns;
     bool auto_renew;
-    int shards;  /* 0: number of CPUs */
     uint64_t activation_timeout_ns; /* whole Origin CA API call */
+    int shards;  /* 0: number of CPUs */
     int workers; /* 0: number of CPUs */
     int max_inflight_per_conn;
     int max_inflight;
@@ -72,6 +73,8 @@ typedef struct kl_config {
     /* hardening (issue 10, docs/SECURITY.md) */
     int max_connections;
     int max_handshaking;
+    int max_handshaking_per_source;
+    int max_handshake_bytes;
     int max_output_per_conn; /* bytes */
     bool allow_core_dumps;
     char *access_file; /* access lists (server/acl.h); unset: none */
@@ -100,6 +103,9 @@ typedef struct kl_config {
     int router_max_inflight_per_conn;
     int router_max_fds;
     int router_max_inflight;
+    uint64_t router_dns_ttl_floor_ns, router_dns_ttl_ceiling_ns;
+    char *router_dns_server; /* unset: resolv.conf's */
+    uint64_t router_conn_idle_timeout_ns;
     /* modes (flags only) */
     bool help, help_markdown, help_man, version, check, keystore_debug,
         output_config, config_only, manual_activation, renew;

@@ -55,6 +55,19 @@ static const kl_option options[] = {
              "fatal. At 1 a successful request logs nothing",
      .flags = KL_OPTF_RELOADABLE,
      .group = G_LOG},
+    {.name = "log_format",
+     .type = KL_OPT_STRING,
+     .offset = F(log_format),
+     .def = "text",
+     .env = "KEYLESS_LOG_FORMAT",
+     .flag = "log-format",
+     .metavar = "text|json",
+     .help = "text: one line per event as the reference writes it; json: one "
+             "JSON object per line (time, level, msg and the request's "
+             "request_id, client, connection, opcode, ski, error where "
+             "known), also under systemd",
+     .flags = KL_OPTF_RELOADABLE,
+     .group = G_LOG},
 
     /* ---- TLS identity ---- */
     {.name = "auth_cert",
@@ -380,6 +393,32 @@ static const kl_option options[] = {
      .help = "connections whose client is not yet authenticated (TLS "
              "handshake not finished); more are closed as soon as accepted",
      .group = G_LIMITS},
+    {.name = "max_handshaking_per_source",
+     .type = KL_OPT_INT,
+     .offset = F(max_handshaking_per_source),
+     .min = 1,
+     .max = 1 << 22,
+     .def = "100",
+     .env = "KEYLESS_MAX_HANDSHAKING_PER_SOURCE",
+     .flag = "max-handshaking-per-source",
+     .metavar = "N",
+     .help = "of those, at most this many from one IPv4 address or IPv6 "
+             "/64, so that one source cannot take every handshake slot; "
+             "raise it when many edges share one (NAT) address",
+     .group = G_LIMITS},
+    {.name = "max_handshake_bytes",
+     .type = KL_OPT_INT,
+     .offset = F(max_handshake_bytes),
+     .min = 4096,
+     .max = 1 << 24,
+     .def = "65536",
+     .env = "KEYLESS_MAX_HANDSHAKE_BYTES",
+     .flag = "max-handshake-bytes",
+     .metavar = "BYTES",
+     .help = "bytes a client may send before its TLS handshake completes "
+             "(a handshake with a client certificate takes a few KiB); a "
+             "client that sends more is disconnected",
+     .group = G_LIMITS},
     {.name = "max_output_per_conn",
      .type = KL_OPT_INT,
      .offset = F(max_output_per_conn),
@@ -402,7 +441,9 @@ static const kl_option options[] = {
      .help = "access lists: which clients (cn:, san:, fp: of their "
              "certificate) may use which keys (ski:, dir:, file:); see "
              "docs/SECURITY.md. Unset: every authenticated client may use "
-             "every key",
+             "every key. Re-read at reload (a broken file keeps the lists "
+             "in effect); setting or unsetting it takes a restart",
+     .flags = KL_OPTF_RELOADABLE,
      .group = "Security"},
     {.name = "allow_core_dumps",
      .type = KL_OPT_BOOL,
@@ -767,6 +808,50 @@ static const kl_option options[] = {
      .metavar = "N",
      .help = "forwarded requests at once; beyond, `internal error` at once "
              "(protocol P6 shedding)",
+     .group = G_ROUTE},
+    {.name = "router_dns_ttl_floor",
+     .type = KL_OPT_DURATION,
+     .offset = F(router_dns_ttl_floor_ns),
+     .min = 1,
+     .max = DAY_MS,
+     .def = "5s",
+     .env = "KEYLESS_ROUTER_DNS_TTL_FLOOR",
+     .flag = "router-dns-ttl-floor",
+     .metavar = "DURATION",
+     .help = "`dns:` names are resolved again when their records' TTL runs "
+             "out, but not sooner than this",
+     .group = G_ROUTE},
+    {.name = "router_dns_ttl_ceiling",
+     .type = KL_OPT_DURATION,
+     .offset = F(router_dns_ttl_ceiling_ns),
+     .min = 1,
+     .max = DAY_MS,
+     .def = "1h",
+     .env = "KEYLESS_ROUTER_DNS_TTL_CEILING",
+     .flag = "router-dns-ttl-ceiling",
+     .metavar = "DURATION",
+     .help = "... and not later than this, whatever the TTL",
+     .group = G_ROUTE},
+    {.name = "router_dns_server",
+     .type = KL_OPT_STRING,
+     .offset = F(router_dns_server),
+     .env = "KEYLESS_ROUTER_DNS_SERVER",
+     .flag = "router-dns-server",
+     .metavar = "IPV4:PORT",
+     .help = "name server for `dns:` entries instead of those of "
+             "/etc/resolv.conf (unset: the system's)",
+     .group = G_ROUTE},
+    {.name = "router_conn_idle_timeout",
+     .type = KL_OPT_DURATION,
+     .offset = F(router_conn_idle_timeout_ns),
+     .min = 1,
+     .max = DAY_MS,
+     .def = "60s",
+     .env = "KEYLESS_ROUTER_CONN_IDLE_TIMEOUT",
+     .flag = "router-conn-idle-timeout",
+     .metavar = "DURATION",
+     .help = "an upstream connection beyond a remote's first that carried "
+             "nothing this long is closed",
      .group = G_ROUTE},
 
     /* ---- modes ---- */

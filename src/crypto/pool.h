@@ -1,11 +1,12 @@
 /* Worker pool executing crypto jobs by cost class (architecture 2): each
- * class has its own bounded queue; workers prefer the fast class, and the slow
- * class can never occupy every worker, so a burst of RSA-4096 cannot delay
- * ECDSA behind it. Jobs on PKCS#11 keys (the blocking class) run on their own
- * threads only: a slow or stalled HSM never holds a fast or slow worker.
- * Completion is reported through the job's callback on a pool thread; the
- * callback hands the job back to its owner (e.g. through a shard's completion
- * queue) and must not block. A blocking-class job with a deadline is
+ * class has its own bounded queue; workers prefer the fast class, and long
+ * slow jobs (RSA above 2048 bits) can never occupy every worker, so a burst
+ * of RSA-4096 cannot delay ECDSA behind it; short ones (RSA-2048) may, while
+ * no fast job is queued (pool.c). Jobs on PKCS#11 keys (the blocking class) run
+ * on their own threads only: a slow or stalled HSM never holds a fast or slow
+ * worker. Completion is reported through the job's callback on a pool thread;
+ * the callback hands the job back to its owner (e.g. through a shard's
+ * completion queue) and must not block. A blocking-class job with a deadline is
  * answered by its deadline even when the token call it made has not
  * returned (the late result is dropped; the pool no longer touches the job
  * or its buffers once the callback ran). */
@@ -68,11 +69,32 @@ typedef struct kl_pool_opts {
      * (kl_keystore_token_sessions). 0: KL_POOL_DEFAULT_BLOCKING, started
      * when the first such job comes. */
     int blocking_workers;
+    /* How long kl_pool_free waits for blocking workers stuck in a token
+     * call before it leaves them behind. 0: 2000 ms. */
+    int stop_grace_ms;
 } kl_pool_opts;
 
 kl_pool *kl_pool_new(const kl_pool_opts *opts);
-/* Stops the workers after the queued jobs ran (their done callbacks run). */
+/* Stops the workers after the queued jobs ran (their done callbacks run).
+ * A blocking worker still in a token call after opts.stop_grace_ms is left
+ * running (detached, logged) and its job answered KL_ERR_INTERNAL; the pool's
+ * memory is then not freed, since that thread will still use it when its
+ * call returns (the process is exiting). */
 void kl_pool_free(kl_pool *p);
+
+/* Resizes the blocking class to n threads (0: the default), e.g. after a
+ * reload changed the tokens' sessions (kl_keystore_token_sessions). Grows
+ * at once when the class is in use; threads beyond n finish their call and
+ * then take no job until a later resize wants them again. */
+void kl_pool_set_blocking_workers(kl_pool *p, int n);
+
+/* Runs a job on the calling thread, with the same rules as a worker
+ * (abandoned or past its deadline: KL_ERR_INTERNAL without the crypto;
+ * started_ns, out_len and err set; the class's execution-time average
+ * updated), but does NOT call job->done: the caller has the result when it
+ * returns. For fast-class jobs run inline on a shard (issue 5); never for
+ * the blocking class. */
+void kl_pool_run_here(kl_pool *p, kl_job *job);
 
 /* Queues a job in the key's cost class. KL_E_TOO_LARGE when that class's
  * queue is full (the caller answers a fast error); the callback is not

@@ -13,7 +13,8 @@ struct kl_loop {
     int epfd;
     int wakefd; /* eventfd */
     kl_watch wake_watch;
-    atomic_bool wake_pending; /* coalesces wake-ups into one write */
+    atomic_bool wake_pending;   /* set: wakers skip the eventfd write */
+    atomic_bool wake_requested; /* a wake-up the loop has not taken yet */
     kl_loop_wake_fn wake_fn;
     void *wake_arg;
     kl_loop_hook_fn before_sleep;

@@ -20,22 +20,26 @@ static uint32_t to_epoll(unsigned ev)
     return e;
 }
 
+/* Wake-ups (issue 5: a wake-up per completion batch was a visible share of
+ * the server's CPU). Two flags:
+ * - requested: set by every kl_loop_wake; the loop takes it (exchange) at
+ *   the start of each turn and then runs the wake function;
+ * - wake_pending: while it is set a waker does not write the eventfd. The
+ *   loop keeps it set while it works - a wake-up during a turn costs no
+ *   system call at all - and clears it just before it sleeps, then looks at
+ *   `requested` once more: set, it does not sleep (timeout 0).
+ * A waker stores `requested`, then exchanges `wake_pending`; the loop
+ * stores `wake_pending` (false), then loads `requested`. Both sequentially
+ * consistent: either the waker sees the flag cleared and writes the
+ * eventfd, or the loop sees the request and does not sleep - a wake-up is
+ * never lost (tests/unit/loop has the stress test). The eventfd watcher
+ * only drains the counter; the wake function runs once per turn, after
+ * the ready fds. */
 static void on_wake(kl_loop *l, kl_watch *w, unsigned events)
 {
     uint64_t v;
-    /* Read, then clear the flag, then run the callback. Clearing first
-     * would lose wake-ups: a waker that sets the flag and writes between
-     * the clear and the read has its write swallowed by the read while the
-     * flag stays set, and every later waker then skips the write - the loop
-     * never wakes again (seen with three wakers: workers and a reload).
-     * In this order a waker that found the flag still set published its
-     * work before, and the callback below sees it; one that comes after
-     * the clear writes again. */
     while (read(w->fd, &v, sizeof v) < 0 && errno == EINTR)
         ;
-    atomic_store(&l->wake_pending, false);
-    if (l->wake_fn)
-        l->wake_fn(l, l->wake_arg);
 }
 
 kl_loop *kl_loop_new(void)
@@ -46,6 +50,7 @@ kl_loop *kl_loop_new(void)
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     l->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     atomic_init(&l->wake_pending, false);
+    atomic_init(&l->wake_requested, false);
     l->now_ns = kl_now_ns();
     if (l->epfd < 0 || l->wakefd < 0 ||
         kl_watch_start(l, &l->wake_watch, l->wakefd, KL_EV_READ, on_wake,
@@ -97,8 +102,9 @@ void kl_loop_set_before_sleep(kl_loop *l, kl_loop_hook_fn fn, void *arg)
 
 void kl_loop_wake(kl_loop *l)
 {
+    atomic_store(&l->wake_requested, true);
     if (atomic_exchange(&l->wake_pending, true))
-        return; /* a wake-up is already on its way */
+        return; /* the loop is awake, or a wake-up is on its way */
     uint64_t one = 1;
     while (write(l->wakefd, &one, sizeof one) < 0 && errno == EINTR)
         ;
@@ -149,6 +155,10 @@ kl_status kl_loop_run_once(kl_loop *l, int timeout_ms)
     int t = kl_loop_timer_timeout_ms(l);
     if (t >= 0 && (timeout_ms < 0 || t < timeout_ms))
         timeout_ms = t;
+    /* about to sleep: wakers write the eventfd from here on (see above) */
+    atomic_store(&l->wake_pending, false);
+    if (atomic_load(&l->wake_requested))
+        timeout_ms = 0;
     /* busy: from the end of the last wait to the start of this one (two
      * clock reads per turn, the second one needed anyway) */
     uint64_t before = kl_now_ns();
@@ -160,6 +170,8 @@ kl_status kl_loop_run_once(kl_loop *l, int timeout_ms)
         n = 0;
     }
     l->now_ns = kl_now_ns();
+    /* awake: wake-ups until the next sleep cost no system call */
+    atomic_store(&l->wake_pending, true);
     l->nevents = n;
     for (l->cur_event = 0; l->cur_event < n && !l->stop; l->cur_event++) {
         struct epoll_event *e = &l->events[l->cur_event];
@@ -177,6 +189,11 @@ kl_status kl_loop_run_once(kl_loop *l, int timeout_ms)
     }
     l->nevents = 0;
     l->cur_event = 0;
+    /* after the ready fds, as when the eventfd came last in the batch:
+     * input that arrived with the wake-up is read first (a shutdown's
+     * wake-up then drains connections with those requests in flight) */
+    if (!l->stop && atomic_exchange(&l->wake_requested, false) && l->wake_fn)
+        l->wake_fn(l, l->wake_arg);
     if (!l->stop)
         kl_loop_run_timers(l);
     return KL_OK;

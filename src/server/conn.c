@@ -45,28 +45,27 @@ static void format_addr(const struct sockaddr *sa, char *out, size_t cap)
 void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
 {
     kl_server *srv = s->srv;
-    /* issue 10: over max_connections or max_handshaking, close at once. */
-    if (!kl_limits_admit(s)) {
+    /* issue 10: over max_connections or max_handshaking (global or for its
+     * source), close at once. */
+    kl_src src;
+    if (!kl_limits_admit(s, sa, &src)) {
         close(fd);
         return;
     }
     /* P8: Nagle plus delayed ACKs would hold each coalesced write ~40 ms. */
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    /* the input buffer comes with the first bytes (kl_conn_read) */
     kl_conn *c = calloc(1, sizeof *c);
-    if (c)
-        c->in = malloc(KL_IN_INITIAL);
-    if (!c || !c->in) {
+    if (!c) {
         kl_warn("out of memory accepting a connection");
-        if (c)
-            free(c);
         close(fd);
-        kl_limits_release(s, true);
+        kl_limits_release(s, true, &src);
         return;
     }
     c->shard = s;
     c->fd = fd;
-    c->in_cap = KL_IN_INITIAL;
+    c->src = src;
     c->state = KL_CONN_HANDSHAKE;
     c->hs_want = KL_EV_READ;
     kl_outbuf_init(&c->out);
@@ -88,7 +87,7 @@ void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
         free(c->in);
         free(c);
         close(fd);
-        kl_limits_release(s, true);
+        kl_limits_release(s, true, &src);
         return;
     }
     c->next = s->live;
@@ -107,7 +106,8 @@ void kl_conn_close(kl_conn *c)
     if (c->state == KL_CONN_CLOSED)
         return;
     kl_shard *s = c->shard;
-    kl_limits_release(s, c->state == KL_CONN_HANDSHAKE);
+    kl_limits_release(s, c->state == KL_CONN_HANDSHAKE, &c->src);
+    kl_acl_grant_release(&c->acl);
     /* workers skip the jobs still queued for it (issue 10) */
     atomic_store_explicit(&c->gone, true, memory_order_relaxed);
     kl_watch_stop(s->loop, &c->watch);
@@ -248,6 +248,8 @@ void kl_conn_update_interest(kl_conn *c)
 static void process_frames(kl_conn *c)
 {
     size_t off = 0;
+    if (c->in_len == 0)
+        return; /* (c->in may be NULL) */
     while (kl_conn_read_block(c) == KL_CAN_READ) {
         kl_header hdr;
         size_t flen;
@@ -261,16 +263,28 @@ static void process_frames(kl_conn *c)
         return;
     memmove(c->in, c->in + off, c->in_len - off);
     c->in_len -= off;
-    if (c->in_len == 0 && c->in_cap > KL_IN_INITIAL) {
-        uint8_t *small = realloc(c->in, KL_IN_INITIAL);
-        if (small) {
-            c->in = small;
-            c->in_cap = KL_IN_INITIAL;
-        }
-    }
 }
 
+/* An empty input buffer is not kept (issue 5: an idle connection costs
+ * no 16 KiB); a connection holds one only while part of a frame waits. */
+static void release_input(kl_conn *c)
+{
+    if (c->in_len > 0 || !c->in)
+        return;
+    free(c->in);
+    c->in = NULL;
+    c->in_cap = 0;
+}
+
+static void read_input(kl_conn *c);
+
 void kl_conn_read(kl_conn *c)
+{
+    read_input(c);
+    release_input(c);
+}
+
+static void read_input(kl_conn *c)
 {
     for (int i = 0;; i++) {
         process_frames(c);
@@ -280,6 +294,14 @@ void kl_conn_read(kl_conn *c)
             /* Bounded work per wake-up (style.md 8); continue next turn. */
             kl_shard_mark_ready(c->shard, c);
             break;
+        }
+        if (!c->in) {
+            c->in = malloc(KL_IN_INITIAL);
+            if (!c->in) {
+                kl_conn_close_with(c, KL_LOG_ERROR, "closed", "out of memory");
+                return;
+            }
+            c->in_cap = KL_IN_INITIAL;
         }
         if (c->in_len == c->in_cap) {
             /* Only an incomplete frame is left and it is larger than the
@@ -353,6 +375,10 @@ void kl_conn_flush(kl_conn *c)
         }
         break;
     }
+    /* nothing in flight and all sent: the connection is idle for now, and
+     * an idle connection keeps no output buffer (issue 5) */
+    if (kl_outbuf_pending(&c->out) == 0 && c->inflight == 0)
+        kl_outbuf_free(&c->out);
     if (!kl_conn_done_draining(c))
         kl_conn_update_interest(c);
 }
@@ -363,13 +389,15 @@ static void handshake(kl_conn *c)
 {
     kl_shard *s = c->shard;
     kl_io io = kl_tls_handshake(c->tls);
+    if (io != KL_IO_EOF && io != KL_IO_ERROR && kl_limits_handshake_too_big(c))
+        return; /* issue 10: closed (max_handshake_bytes) */
     switch (io) {
     case KL_IO_OK:
-        kl_limits_handshake_done(s);
+        kl_limits_handshake_done(s, &c->src);
         kl_conn_set_state(c, KL_CONN_OPEN);
         kl_mx_peer_cert(c); /* issue 11: the client certificate's expiry */
         snprintf(c->peer, sizeof c->peer, "%s", kl_tls_peer_name(c->tls));
-        c->acl_rules = kl_acl_match_conn(s->srv->o.acl, c->tls);
+        kl_acl_grant_conn(s->srv->o.acl, &c->acl, c->tls);
         KL_COUNT(s->st.handshakes);
         kl_debug("connection %s (client %s): %s %s", c->addr,
                  kl_conn_peer_label(c), kl_tls_version(c->tls),

@@ -77,6 +77,7 @@ int kl_daemon_main(int argc, char **argv, const char *version)
                      cfg->manual_activation;
     kl_log_set_level(reporting && cfg->loglevel > KL_LOG_INFO ? KL_LOG_INFO
                                                               : cfg->loglevel);
+    kl_log_set_format(kl_log_format_parse(cfg->log_format)); /* issue 11 */
     if (cfg->loaded_file)
         kl_debug("configuration file %s", cfg->loaded_file);
     for (size_t i = 0; i < cfg->nwarnings; i++)
@@ -111,13 +112,13 @@ int kl_daemon_main(int argc, char **argv, const char *version)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    kl_problems p = {0};
     /* activation (issue 4): enrol, renew or refuse before loading */
     if (kl_activate_startup(cfg) != 0) {
         kl_error("not starting: see the activation messages above");
         kl_config_free(cfg);
         return 1;
     }
+    kl_problems p = {0};
     kl_tls_ctx *tls = kl_daemon_load_tls(cfg, &p);
     kl_keystore *ks = tls ? kl_daemon_load_keys(cfg, false, &p) : NULL;
     if (!tls || !ks) {

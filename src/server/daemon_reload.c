@@ -14,6 +14,7 @@
 #include "core/sdnotify.h"
 #include "server/daemon_ext.h"
 #include "server/daemon_reload.h"
+#include "server/internal.h"
 #include "server/watch.h"
 
 struct kl_reloader {
@@ -95,6 +96,44 @@ static void report_restart_only(const kl_config *old, const kl_config *now)
     }
 }
 
+/* issue 10: the access lists, parsed beside those in effect and swapped
+ * in at once (acl.h); a broken file keeps them. Whether there are lists at
+ * all is fixed at start: the server holds them from then on, and dropping
+ * them by a reload would open every key to every client. false: a problem
+ * was reported. */
+static bool reload_acl(kl_reloader *r, const kl_config *cfg)
+{
+    kl_acl *acl = r->srv->o.acl;
+    const char *path = cfg->access_file;
+    bool want = path && *path;
+    if (!acl) {
+        if (want)
+            kl_warn("reload: access_file is now set (%s), which takes a "
+                    "restart; until then every authenticated client may use "
+                    "every key",
+                    path);
+        return true;
+    }
+    if (!want) {
+        kl_warn("reload: access_file is no longer set, which takes a "
+                "restart; still enforcing the %zu access rule(s) in effect",
+                kl_acl_count(acl));
+        return true;
+    }
+    char err[512];
+    kl_acl *fresh = kl_acl_load(path, err, sizeof err);
+    if (!fresh) {
+        kl_error("reload: access_file: %s; keeping the %zu access rule(s) "
+                 "in effect (fix the file and reload again)",
+                 err, kl_acl_count(acl));
+        return false;
+    }
+    size_t n = kl_acl_count(fresh);
+    kl_acl_replace(acl, fresh);
+    kl_info("reload: access lists: %zu rule(s) from %s", n, path);
+    return true;
+}
+
 typedef struct diff {
     const kl_keystore *other;
     size_t missing;
@@ -120,7 +159,7 @@ void kl_reloader_run(kl_reloader *r, const char *why)
     r->count++;
     if (kl_sd_notify_reloading() != KL_OK)
         kl_debug("cannot tell systemd that keylessd is reloading");
-    kl_info("reloading (%s): keys, auth_cert and CA", why);
+    kl_info("reloading (%s): keys, auth_cert, CA and access lists", why);
 
     /* The configuration, re-read as at startup. A broken file keeps the
      * running configuration; keys and certificates are still re-read. */
@@ -139,6 +178,7 @@ void kl_reloader_run(kl_reloader *r, const char *why)
             kl_warn("reload: %s", cfg->warnings[i]);
         report_restart_only(r->cfg, cfg);
         kl_log_set_level(cfg->loglevel);
+        kl_log_set_format(kl_log_format_parse(cfg->log_format));
         kl_config_free(r->cfg);
         r->cfg = cfg;
     }
@@ -165,14 +205,19 @@ void kl_reloader_run(kl_reloader *r, const char *why)
         kl_error("reload: keeping the previous auth_cert, auth_key and CA "
                  "(problems above)");
     ok = ok && tls && p.errors == 0;
+    ok = reload_acl(r, cfg) && ok;
     if (kl_server_swap(r->srv, ks, tls) != KL_OK) {
         kl_error("reload: out of memory; nothing changed");
         kl_keystore_free(ks);
         kl_tls_ctx_free(tls);
         ok = false;
     } else {
-        if (ks)
+        if (ks) {
             r->keys = ks;
+            /* issue 12: the blocking workers follow the tokens' sessions */
+            kl_pool_set_blocking_workers(r->srv->o.pool,
+                                         (int)kl_keystore_token_sessions(ks));
+        }
         kl_info("reloaded: %zu keys (%zu added, %zu removed, %zu failed), "
                 "%s certificate; generation %llu",
                 kl_keystore_count(r->keys), added, removed, key_errors,

@@ -93,10 +93,13 @@ static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
         .ntest_delays = delays ? cfg->ntest_delays : 0,
         .max_connections = (uint32_t)cfg->max_connections,
         .max_handshaking = (uint32_t)cfg->max_handshaking,
+        .max_handshaking_per_source = (uint32_t)cfg->max_handshaking_per_source,
+        .max_handshake_bytes = (uint32_t)cfg->max_handshake_bytes,
         .max_output = (size_t)cfg->max_output_per_conn,
         .acl = acl,
         .router = x->router,   /* issue 9 */
         .metrics = x->metrics, /* issue 11 */
+        .tracer = x->tracer,   /* issue 11 */
     };
     char err[512];
     kl_server *srv = kl_server_new(&so, err, sizeof err);
@@ -238,10 +241,12 @@ stop:
     kl_server_stats st;
     kl_server_get_stats(srv, &st);
     kl_info("stopped: %llu connections, %llu requests, %llu errors, %llu "
-            "shed, %llu refused handshakes",
+            "shed, %llu failed handshakes, %llu connections refused at "
+            "accept (limits)",
             (unsigned long long)st.accepted, (unsigned long long)st.requests,
             (unsigned long long)st.errors, (unsigned long long)st.shed,
-            (unsigned long long)st.handshake_failed);
+            (unsigned long long)st.handshake_failed,
+            (unsigned long long)(st.conn_refused + st.handshake_refused));
     kl_server_free(srv);
     kl_ext_free(&x);
     kl_reloader_free(r);

@@ -11,6 +11,9 @@
 #include <stdbool.h>
 
 #include "loop/loop.h"
+#include "metrics/trace.h"
+#include "server/acl.h"
+#include "server/limits.h"
 #include "server/outbuf.h"
 #include "server/server.h"
 
@@ -88,9 +91,10 @@ struct kl_conn {
     uint64_t last_req_ns;
     kl_timer timer; /* handshake deadline, idle timeout or drain deadline */
     char addr[INET6_ADDRSTRLEN + 8];
-    char peer[96];      /* client certificate name, after the handshake */
-    uint64_t acl_rules; /* access-list rules naming this client (acl.c) */
-    _Atomic bool gone;  /* closed: its queued jobs are not run (pool.h) */
+    char peer[96];     /* client certificate name, after the handshake */
+    kl_acl_grant acl;  /* access-list rules naming this client (acl.c) */
+    kl_src src;        /* its source, for max_handshaking_per_source */
+    _Atomic bool gone; /* closed: its queued jobs are not run (pool.h) */
 };
 
 /* A crypto job as the server submits it: the pool's job first, then what
@@ -104,6 +108,9 @@ typedef struct kl_srv_job {
     /* metrics (issue 11): read, execution start (estimated, see
      * metrics_glue.c) and end, monotonic ns; 0 when metrics are off */
     uint64_t t0_ns, start_ns, done_ns;
+    /* tracing (issue 11): the request's trace, and when it was queued */
+    kl_trace_ref trace;
+    uint64_t queued_ns;
     const char *request_id; /* NULL or points into data */
     uint8_t data[];
 } kl_srv_job;
@@ -145,9 +152,17 @@ struct kl_shard {
     kl_res *tls;            /* current TLS context */
     uint64_t log_window_ns; /* rate limit of warning lines (request.c) */
     kl_metrics_local *mx;   /* this shard's metrics slot; NULL: off */
+    kl_trace_ring *tr;      /* this shard's span ring; NULL: tracing off */
+    kl_trace_ref tr_cur;    /* the request being handled (metrics_glue.c) */
+    uint64_t tr_t0;
+    char tr_rid[KL_REQUEST_ID_MAX + 1];
     uint64_t busy_reported; /* loop busy time already recorded */
     uint32_t log_lines, log_suppressed;
     uint64_t refusal_log_ns; /* rate limit of limits.c's warnings */
+    /* issue 5: fast operations run inline while the turn has used less
+     * than inline_ns (0: never); how many ran here and in the pool */
+    uint64_t inline_ns;
+    uint64_t inlined, pooled;
 };
 
 struct kl_server {
@@ -166,6 +181,7 @@ struct kl_server {
     /* issue 10 (limits.c): admitted connections, and those of them still
      * in their handshake */
     atomic_uint nconns, nhandshaking;
+    struct kl_src_table *src_caps; /* per source; NULL: not tracked */
 };
 
 static inline const char *kl_conn_peer_label(const kl_conn *c)
@@ -222,6 +238,44 @@ void kl_mx_handshake_failed(kl_shard *s, int reason_or_neg,
 void kl_mx_loop_turn(kl_shard *s);
 /* A client's certificate after its handshake: its expiry series. */
 void kl_mx_peer_cert(kl_conn *c);
+/* The key store was searched from tk (kl_mx_now) on: the key-load
+ * histogram and the key-lookup span. */
+void kl_mx_key_lookup(kl_shard *s, uint64_t tk, const uint8_t *ski, bool found);
+
+/* Tracing (issue 11, metrics_glue.c, docs/TRACING.md). With tracing off
+ * (s->tr NULL) each of these is one predictable branch. */
+void kl_tr_request_read_(kl_conn *c, const kl_request *req,
+                         const kl_req_context *ctx, uint64_t t0_ns);
+void kl_tr_job_attach_(kl_shard *s, kl_srv_job *j);
+void kl_tr_request_end_(kl_conn *c, int err);
+/* A forwarded request came back (routed.c): its route span (sent -> done,
+ * id route_span) and its server span. */
+void kl_tr_routed_spans(kl_shard *s, const kl_conn *c, const kl_trace_ref *ref,
+                        uint64_t route_span, uint8_t opcode, uint8_t err,
+                        uint64_t t0, uint64_t sent, uint64_t done,
+                        const char *rid);
+/* A request parsed (after its tag 0x16): decides whether it is traced
+ * (tag 0x15, sampling) and makes it the shard's current request. */
+static inline void kl_tr_request_read(kl_conn *c, const kl_request *req,
+                                      const kl_req_context *ctx, uint64_t t0_ns)
+{
+    if (c->shard->tr)
+        kl_tr_request_read_(c, req, ctx, t0_ns);
+}
+/* The current request becomes job j (before kl_pool_submit). */
+static inline void kl_tr_job_attach(kl_shard *s, kl_srv_job *j)
+{
+    if (s->tr)
+        kl_tr_job_attach_(s, j);
+}
+/* The current request was handled: err is its P6 code when it was answered
+ * at once (its server span ends now), negative when a job or the router
+ * answers later. */
+static inline void kl_tr_request_end(kl_conn *c, int err)
+{
+    if (c->shard->tr)
+        kl_tr_request_end_(c, err);
+}
 
 /* routed.c: requests for keys held elsewhere (issue 9, docs/ROUTING.md) */
 /* Forwards req through the server's router; answered later through the
@@ -270,5 +324,11 @@ void *kl_shard_main(void *arg);
 /* The pool's done callback, on a worker thread: queue the job to its shard
  * and wake the shard. */
 void kl_shard_job_done(kl_job *job);
+/* On the shard: a crypto job came back (or ran inline): answer it, drop
+ * its pin, free it. */
+void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj);
+/* Whether a fast operation may run inline on the shard now (the turn's
+ * inline budget, issue 5). */
+bool kl_shard_may_inline(const kl_shard *s);
 
 #endif

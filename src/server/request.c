@@ -61,11 +61,18 @@ static void answer_error(kl_conn *c, uint32_t id, uint8_t err,
         if (left_out)
             snprintf(more, sizeof more, " (and %u error responses not logged)",
                      left_out);
-        kl_log(level, "connection %s (client %s): request %u%s%s%s: %s%s%s%s",
-               c->addr, kl_conn_peer_label(c), id,
-               request_id ? " (request_id " : "", request_id ? request_id : "",
-               request_id ? ")" : "", kl_err_text(err), detail ? ": " : "",
-               detail ? detail : "", more);
+        /* log_format json: the same line with its fields (issue 11) */
+        kl_log_fields f = {.request_id = request_id,
+                           .client = kl_conn_peer_label(c),
+                           .connection = c->addr,
+                           .error = kl_err_text(err),
+                           .duration_ms = -1};
+        kl_logf(level, &f,
+                "connection %s (client %s): request %u%s%s%s: %s%s%s%s",
+                c->addr, kl_conn_peer_label(c), id,
+                request_id ? " (request_id " : "", request_id ? request_id : "",
+                request_id ? ")" : "", kl_err_text(err), detail ? ": " : "",
+                detail ? detail : "", more);
     }
     if (kl_outbuf_error(&c->out, id, err) != KL_OK) {
         kl_conn_close_with(c, KL_LOG_ERROR, "closed",
@@ -132,8 +139,22 @@ static void job_key_unhold(void *handle)
     kl_res_release(handle);
 }
 
-static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
-                   const kl_req_context *ctx, uint64_t t0_ns)
+/* The P6 code of the answer given at once (KL_ERR_NONE for a pong), or
+ * DEFERRED when the job path answers it - later through the completion
+ * queue, or already, inline - and does its metrics. */
+#define DEFERRED (-1)
+
+/* Fast-class work runs on the shard itself when the turn's inline budget
+ * allows (issue 5, docs/DESIGN.md "Inline fast operations"): the hand-off
+ * to a worker and back costs more CPU than an ECDSA signature. */
+static bool run_inline(const kl_shard *s, const kl_srv_job *j)
+{
+    return kl_crypto_cost_class(j->job.key) == KL_COST_FAST &&
+           j->job.test_delay_us == 0 && kl_shard_may_inline(s);
+}
+
+static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
+                  const kl_req_context *ctx, uint64_t t0_ns)
 {
     kl_shard *s = c->shard;
     kl_server *srv = s->srv;
@@ -144,7 +165,7 @@ static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
     kl_srv_job *j = malloc(sizeof *j + plen + outcap + ridlen);
     if (!j) {
         answer_error(c, id, KL_ERR_INTERNAL, rid, "out of memory");
-        return;
+        return KL_ERR_INTERNAL;
     }
     memset(&j->job, 0, sizeof j->job);
     if (plen)
@@ -183,10 +204,13 @@ static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
     j->start_ns = j->done_ns = 0;
     if (s->mx)
         j->job.done = kl_mx_job_done; /* notes when it ran (issue 11) */
+    kl_tr_job_attach(s, j);
     /* issue 10, admission control (P6 shedding): a request that the queue
      * ahead of it would keep past its deadline gets its error now, before
-     * it costs a queue slot and a worker's wake-up. */
-    if (deadline &&
+     * it costs a queue slot and a worker's wake-up. One run inline waits in
+     * no queue (its deadline is still checked when it runs). */
+    bool here = run_inline(s, j);
+    if (deadline && !here &&
         now + kl_pool_wait_estimate(srv->o.pool, kl_crypto_cost_class(key)) >
             deadline) {
         kl_pin_put(s, j->pin);
@@ -195,11 +219,24 @@ static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
         kl_metrics_shed(s->mx, KL_SHED_DEADLINE);
         answer_error(c, id, KL_ERR_INTERNAL, rid,
                      "would miss its deadline in the queue");
-        return;
+        return KL_ERR_INTERNAL;
     }
 
     c->inflight++;
     atomic_fetch_add(&srv->inflight, 1);
+    if (here) {
+        /* no queue: wait 0, exec = the crypto (issue 11 metrics); the
+         * pool's rules still apply (P6: past its deadline, no crypto) */
+        kl_pool_run_here(srv->o.pool, &j->job);
+        if (j->t0_ns) {
+            j->start_ns = j->t0_ns;
+            j->done_ns = kl_now_ns();
+        }
+        s->inlined++;
+        kl_shard_finish_job(s, j);
+        return DEFERRED;
+    }
+    s->pooled++;
     if (kl_pool_submit(srv->o.pool, &j->job) != KL_OK) {
         /* P6 shedding: the class queue is full; answer fast. */
         c->inflight--;
@@ -209,13 +246,12 @@ static void submit(kl_conn *c, const kl_request *req, const kl_key *key,
         KL_COUNT(s->st.shed);
         kl_metrics_shed(s->mx, KL_SHED_QUEUE_FULL);
         answer_error(c, id, KL_ERR_INTERNAL, rid, "work queue full");
+        return KL_ERR_INTERNAL;
     }
+    return DEFERRED;
 }
 
-/* The P6 code of the answer given at once (KL_ERR_NONE for a pong), or
- * DEFERRED when a job or the router answers later. *parsed: the request
- * parsed (and was counted by opcode, *opcode). */
-#define DEFERRED (-1)
+/* *parsed: the request parsed (and was counted by opcode, *opcode). */
 static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
                   size_t len, uint64_t t0_ns, bool *parsed, uint8_t *opcode)
 {
@@ -254,6 +290,8 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
                      c->addr, hdr->id);
     }
     const char *rid = pctx && pctx->request_id[0] ? pctx->request_id : NULL;
+    if (st == KL_OK) /* issue 11: tag 0x15, sampling */
+        kl_tr_request_read(c, &req, pctx, t0_ns);
     kl_disp d = kl_dispatch_decide(st, &req);
     switch (d.kind) {
     case KL_DISP_ERROR:
@@ -273,8 +311,8 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
         kl_shard_sync(s); /* a reload may have replaced the store */
         uint64_t tk = kl_mx_now(s);
         const kl_key *key = kl_keystore_find(kl_shard_keys(s), req.ski);
-        if (tk) /* keyless_key_load_duration: signing and decrypting ops */
-            kl_metrics_key_load_time(s->mx, kl_now_ns() - tk);
+        /* keyless_key_load_duration, and the key-lookup span */
+        kl_mx_key_lookup(s, tk, req.ski, key != NULL);
         /* issue 9: a key held elsewhere is forwarded (routed.c) */
         if (!key && s->srv->o.router &&
             kl_router_has_key(s->srv->o.router, req.ski)) {
@@ -284,7 +322,8 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
         }
         /* issue 10: a key the access lists refuse this client is answered
          * as if it did not exist (acl.h); the log line says why. */
-        bool refused = key && !kl_acl_allows(s->srv->o.acl, c->acl_rules, key);
+        bool refused =
+            key && !kl_acl_allows(s->srv->o.acl, &c->acl, c->tls, key);
         if (!key || refused) {
             char hex[2 * KL_SKI_LEN + 1 + 40];
             kl_ski_hex(req.ski, hex);
@@ -295,10 +334,8 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
             answer_error(c, hdr->id, KL_ERR_KEY_NOT_FOUND, rid, hex);
             return KL_ERR_KEY_NOT_FOUND;
         }
-        uint32_t before = c->inflight;
-        submit(c, &req, key, pctx, t0_ns);
         /* not submitted: answered at once (shed, out of memory) */
-        return c->inflight > before ? DEFERRED : KL_ERR_INTERNAL;
+        return submit(c, &req, key, pctx, t0_ns);
     }
     }
     return KL_ERR_INTERNAL;
@@ -316,4 +353,5 @@ void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
     /* answered at once: exec = total (issue 11) */
     if (err != DEFERRED && parsed)
         kl_mx_request_done(s, opcode, (uint8_t)err, t0, UINT64_MAX);
+    kl_tr_request_end(c, err); /* DEFERRED: its job ends the span */
 }

@@ -30,6 +30,10 @@ static void apply_defaults(kl_server_opts *o)
         o->max_connections = 10000;
     if (!o->max_handshaking)
         o->max_handshaking = 1000;
+    if (!o->max_handshaking_per_source)
+        o->max_handshaking_per_source = 100;
+    if (!o->max_handshake_bytes)
+        o->max_handshake_bytes = 64u << 10;
     if (o->shards <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o->shards = n > 0 ? (int)n : 1;
@@ -133,8 +137,11 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
     }
     srv->o.test_delays = srv->delays;
     srv->shards = calloc((size_t)srv->o.shards, sizeof *srv->shards);
+    bool src_oom; /* issue 10: limits.c */
+    srv->src_caps = kl_src_table_new(
+        srv->o.max_handshaking, srv->o.max_handshaking_per_source, &src_oom);
     if (!srv->listen_address || (o->ntest_delays && !srv->delays) ||
-        !srv->shards || !srv->keys_res || !srv->tls_res) {
+        !srv->shards || !srv->keys_res || !srv->tls_res || src_oom) {
         snprintf(err, errlen, "out of memory");
         kl_server_free(srv);
         return NULL;
@@ -216,6 +223,7 @@ void kl_server_free(kl_server *srv)
     kl_res_release(srv->keys_res);
     kl_res_release(srv->tls_res);
     kl_acl_free(srv->o.acl);
+    kl_src_table_free(srv->src_caps);
     pthread_mutex_destroy(&srv->res_mu);
     free(srv->shards);
     free(srv->delays);

@@ -54,8 +54,10 @@ typedef struct kl_server_opts {
     /* issue 10 (limits.c, acl.c, docs/SECURITY.md) */
     uint32_t max_connections; /* 0: 10000; more are closed at accept */
     uint32_t max_handshaking; /* 0: 1000 not yet authenticated */
-    struct kl_acl *acl;       /* access lists; NULL: none. Owned by the
-                                 server once kl_server_new succeeded */
+    uint32_t max_handshaking_per_source; /* 0: 100 (address or IPv6 /64) */
+    uint32_t max_handshake_bytes; /* 0: 64 KiB before the handshake ends */
+    struct kl_acl *acl;           /* access lists; NULL: none. Owned by the
+                                     server once kl_server_new succeeded */
     /* Geo routing (issue 9): a request for a key the store does not hold
      * is forwarded when the router's table has it. Not owned; it must
      * outlive the shards' requests: free it after kl_server_wait and
@@ -65,6 +67,10 @@ typedef struct kl_server_opts {
     /* Metrics (issue 11): each shard records into a slot of its own. Not
      * owned; freed after kl_server_free. NULL: none. */
     kl_metrics *metrics;
+    /* Tracing (issue 11, metrics/trace.h): shard i records into ring i of
+     * the tracer (it needs kl_server_shards rings). Not owned; freed after
+     * kl_server_free. NULL: tracing off. */
+    struct kl_tracer *tracer;
 } kl_server_opts;
 
 /* Creates the shards and binds their listening sockets. On failure returns
@@ -105,7 +111,8 @@ typedef struct kl_server_stats {
     uint64_t idle_closed;
     uint64_t read_pauses;       /* times a connection stopped being read */
     uint64_t conn_refused;      /* closed at accept: max_connections */
-    uint64_t handshake_refused; /* closed at accept: max_handshaking */
+    uint64_t handshake_refused; /* closed at accept: max_handshaking or
+                                   max_handshaking_per_source */
     uint64_t acl_refused;       /* requests refused by an access list */
 } kl_server_stats;
 

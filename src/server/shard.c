@@ -12,9 +12,12 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/time.h"
 #include "server/internal.h"
 
 #define ACCEPT_RETRY_NS (100u * 1000000u)
+/* inline budget per loop turn (issue 5; measured, docs/DESIGN.md) */
+#define KL_INLINE_TURN_NS (500u * 1000u)
 
 void kl_shard_mark_ready(kl_shard *s, kl_conn *c)
 {
@@ -46,6 +49,20 @@ void kl_shard_job_done(kl_job *job)
      * the whole list at once. */
     if (was_empty)
         kl_loop_wake(s->loop);
+}
+
+void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj)
+{
+    kl_conn_complete(sj->conn, sj);
+    kl_pin_put(s, sj->pin);
+    free(sj);
+}
+
+bool kl_shard_may_inline(const kl_shard *s)
+{
+    /* the turn's clock is read when epoll_wait returns: the budget covers
+     * everything the turn runs, the before-sleep reads included */
+    return s->inline_ns && kl_now_ns() - kl_loop_now(s->loop) < s->inline_ns;
 }
 
 static kl_job *take_done(kl_shard *s)
@@ -143,11 +160,7 @@ static void on_wake(kl_loop *l, void *arg)
             kl_routed_complete(s, j);
             continue;
         }
-        kl_srv_job *sj = (kl_srv_job *)j;
-        kl_conn_complete(sj->conn, sj);
-        kl_pin_put(s, sj->pin);
-        free(sj);
-        freed = true;
+        kl_shard_finish_job(s, (kl_srv_job *)j);
     }
     if (freed)
         wake_blocked_shards(s);
@@ -258,7 +271,9 @@ kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
     kl_loop_set_wake_fn(s->loop, on_wake, s);
     if (srv->o.metrics) /* issue 11: written by this shard's thread only */
         s->mx = kl_metrics_local_new(srv->o.metrics, index);
+    s->tr = kl_tracer_ring(srv->o.tracer, (unsigned)index); /* issue 11 */
     kl_loop_set_before_sleep(s->loop, before_sleep, s);
+    s->inline_ns = KL_INLINE_TURN_NS;
     kl_shard_sync(s);
     if (!s->keys || !s->tls) {
         snprintf(err, errlen, "out of memory");
@@ -280,7 +295,10 @@ void *kl_shard_main(void *arg)
         begin_drain(s);
     if (kl_loop_run(s->loop) != KL_OK)
         kl_error("shard %d: event loop failed: %s", s->index, strerror(errno));
+    kl_debug("shard %d: %llu operations ran inline, %llu in the pool", s->index,
+             (unsigned long long)s->inlined, (unsigned long long)s->pooled);
     close_listener(s);
+    kl_crypto_thread_cleanup(); /* the contexts of the inline operations */
     return NULL;
 }
 
