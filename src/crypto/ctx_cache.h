@@ -7,7 +7,8 @@
  * it, so a key freed by a reload stays valid for its cached contexts and its
  * address cannot be reused by a new key while an entry names it: a stale
  * entry can never be taken for another key. The cache is bounded
- * (direct-mapped: a collision evicts). */
+ * (direct-mapped: a collision evicts) and starts small; a thread whose
+ * lookups mostly miss doubles it, up to a fixed ceiling (ctx_cache.c). */
 #ifndef KL_CRYPTO_CTX_CACHE_H
 #define KL_CRYPTO_CTX_CACHE_H
 
@@ -34,6 +35,9 @@ kl_ctx_entry *kl_ctx_cache_get(EVP_PKEY *pkey, uint8_t opcode,
                                kl_ctx_setup_fn setup);
 /* Drops an entry whose context may be in a bad state after a failure. */
 void kl_ctx_cache_drop(kl_ctx_entry *e);
+/* This thread's current number of slots (0 before its first lookup); for
+ * tests. */
+size_t kl_ctx_cache_slots(void);
 /* Frees this thread's cache. */
 void kl_ctx_cache_thread_free(void);
 
