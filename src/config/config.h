@@ -37,6 +37,7 @@ typedef struct kl_config {
     /* options (fields named as their YAML keys) */
     int loglevel;
     char *log_format; /* "text" or "json" (issue 11) */
+    double access_log_sample_rate;
     char *hostname;
     char *zone_id;
     char *origin_ca_api_key; /* secret: redacted in --output-config */
@@ -76,6 +77,7 @@ typedef struct kl_config {
     int max_handshaking_per_source;
     int max_handshake_bytes;
     int max_output_per_conn; /* bytes */
+    int max_buffered_bytes;  /* bytes, process-wide (issue 5) */
     bool allow_core_dumps;
     char *access_file; /* access lists (server/acl.h); unset: none */
     bool tls13;

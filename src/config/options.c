@@ -68,6 +68,20 @@ static const kl_option options[] = {
              "known), also under systemd",
      .flags = KL_OPTF_RELOADABLE,
      .group = G_LOG},
+    {.name = "access_log_sample_rate",
+     .type = KL_OPT_FLOAT,
+     .offset = F(access_log_sample_rate),
+     .min = 0,
+     .max = 1,
+     .def = "0",
+     .env = "KEYLESS_ACCESS_LOG_SAMPLE_RATE",
+     .flag = "access-log-sample-rate",
+     .metavar = "0..1",
+     .help = "fraction of successful key operations logged at info level "
+             "as access lines (client, request_id, opcode, SKI, duration; "
+             "fields with log_format: json). 0: none - quiet, as the "
+             "reference",
+     .group = G_LOG},
 
     /* ---- TLS identity ---- */
     {.name = "auth_cert",
@@ -431,6 +445,21 @@ static const kl_option options[] = {
      .help = "responses a client has not read yet, per connection, before "
              "keylessd stops reading its requests (a client that never "
              "reads is closed by idle_timeout then drain_timeout)",
+     .group = G_LIMITS},
+    {.name = "max_buffered_bytes",
+     .type = KL_OPT_INT,
+     .offset = F(max_buffered_bytes),
+     .min = 1048576,
+     .max = 1 << 30,
+     .def = "67108864",
+     .env = "KEYLESS_MAX_BUFFERED_BYTES",
+     .flag = "max-buffered-bytes",
+     .metavar = "BYTES",
+     .help = "memory for requests in flight and unsent responses, all "
+             "connections together (split evenly over the shards); past it "
+             "keylessd stops reading from connections that hold some until "
+             "it frees up (a connection holding none may always send one "
+             "request)",
      .group = G_LIMITS},
     {.name = "access_file",
      .type = KL_OPT_STRING,

@@ -114,6 +114,10 @@ void kl_conn_close(kl_conn *c)
     kl_timer_stop(s->loop, &c->timer);
     kl_tls_conn_free(c->tls);
     c->tls = NULL;
+    /* unsent responses have nobody to go to: their bytes go back to the
+     * budget now (issue 5) */
+    kl_outbuf_free(&c->out);
+    kl_conn_held_sync(c);
     close(c->fd);
     c->fd = -1;
     kl_conn_set_state(c, KL_CONN_CLOSED);
@@ -186,6 +190,36 @@ void kl_conn_drain(kl_conn *c)
 
 /* ---- limits and interest ---- */
 
+/* issue 5, max_buffered: each shard holds at most its share of the
+ * process-wide budget in crypto jobs (payload copy and output space) and
+ * output buffers (their capacity: what malloc really holds). */
+static size_t shard_budget(const kl_shard *s)
+{
+    return s->srv->o.max_buffered / (size_t)s->srv->nshards;
+}
+
+void kl_shard_held_release(kl_shard *s, size_t n)
+{
+    size_t budget = shard_budget(s), low = budget - budget / 8;
+    bool was_high = s->held >= low;
+    s->held -= n;
+    /* Connections paused on the budget resume on the wake (shard.c
+     * resume_paused); some room first, so that one freed response does
+     * not make the shard walk its connections each time. */
+    if (was_high && s->held < low && s->paused_global)
+        kl_loop_wake(s->loop);
+}
+
+void kl_conn_held_sync(kl_conn *c)
+{
+    size_t cap = c->out.cap;
+    if (cap > c->out_held)
+        c->shard->held += cap - c->out_held;
+    else if (cap < c->out_held)
+        kl_shard_held_release(c->shard, c->out_held - cap);
+    c->out_held = cap;
+}
+
 int kl_conn_read_block(const kl_conn *c)
 {
     const kl_server *srv = c->shard->srv;
@@ -196,6 +230,14 @@ int kl_conn_read_block(const kl_conn *c)
     if (c->inflight >= srv->o.max_inflight_per_conn ||
         kl_outbuf_pending(&c->out) >= srv->o.max_output)
         return KL_CONN_LIMIT;
+    /* issue 5: over the shard's budget, only connections that hold nothing
+     * (no request in flight, no unsent response) may read, one request at
+     * a time: clients that do not read their answers cannot starve the
+     * others, and memory stays within the budget plus one request per
+     * connection. */
+    if ((c->inflight > 0 || kl_outbuf_pending(&c->out) > 0) &&
+        c->shard->held >= shard_budget(c->shard))
+        return KL_BUDGET_LIMIT;
     if (atomic_load_explicit(&srv->inflight, memory_order_relaxed) >=
         srv->o.max_inflight)
         return KL_PROCESS_LIMIT;
@@ -208,6 +250,7 @@ void kl_conn_update_interest(kl_conn *c)
     unsigned ev = 0;
     if (c->state == KL_CONN_CLOSED)
         return;
+    kl_conn_held_sync(c);
     if (c->state == KL_CONN_HANDSHAKE) {
         ev = c->hs_want;
     } else {
@@ -224,6 +267,8 @@ void kl_conn_update_interest(kl_conn *c)
             c->paused = true;
             KL_COUNT(s->st.read_pauses);
         }
+        if (why == KL_BUDGET_LIMIT)
+            s->paused_global = true; /* kl_shard_held_release wakes us */
         if (why == KL_PROCESS_LIMIT) {
             s->paused_global = true;
             atomic_store(&s->global_blocked, true);
@@ -250,7 +295,10 @@ static void process_frames(kl_conn *c)
     size_t off = 0;
     if (c->in_len == 0)
         return; /* (c->in may be NULL) */
-    while (kl_conn_read_block(c) == KL_CAN_READ) {
+    for (;;) {
+        kl_conn_held_sync(c); /* the last request's answer counts */
+        if (kl_conn_read_block(c) != KL_CAN_READ)
+            break;
         kl_header hdr;
         size_t flen;
         if (kl_frame_peek(c->in + off, c->in_len - off, &hdr, &flen) != KL_OK)
@@ -379,6 +427,7 @@ void kl_conn_flush(kl_conn *c)
      * an idle connection keeps no output buffer (issue 5) */
     if (kl_outbuf_pending(&c->out) == 0 && c->inflight == 0)
         kl_outbuf_free(&c->out);
+    kl_conn_held_sync(c);
     if (!kl_conn_done_draining(c))
         kl_conn_update_interest(c);
 }

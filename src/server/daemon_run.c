@@ -96,10 +96,12 @@ static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
         .max_handshaking_per_source = (uint32_t)cfg->max_handshaking_per_source,
         .max_handshake_bytes = (uint32_t)cfg->max_handshake_bytes,
         .max_output = (size_t)cfg->max_output_per_conn,
+        .max_buffered = (size_t)cfg->max_buffered_bytes, /* issue 5 */
         .acl = acl,
         .router = x->router,   /* issue 9 */
         .metrics = x->metrics, /* issue 11 */
         .tracer = x->tracer,   /* issue 11 */
+        .access_log_sample_rate = cfg->access_log_sample_rate,
     };
     char err[512];
     kl_server *srv = kl_server_new(&so, err, sizeof err);

@@ -86,6 +86,7 @@ struct kl_conn {
     uint8_t *in;
     size_t in_len, in_cap;
     kl_outbuf out;
+    size_t out_held; /* out.cap as counted in shard->held */
     uint32_t inflight;
     kl_srv_rjob *routed; /* forwarded requests in flight (routed.c) */
     uint64_t last_req_ns;
@@ -112,6 +113,7 @@ typedef struct kl_srv_job {
     kl_trace_ref trace;
     uint64_t queued_ns;
     const char *request_id; /* NULL or points into data */
+    size_t held;            /* its size, counted in shard->held */
     uint8_t data[];
 } kl_srv_job;
 
@@ -163,6 +165,9 @@ struct kl_shard {
      * than inline_ns (0: never); how many ran here and in the pool */
     uint64_t inline_ns;
     uint64_t inlined, pooled;
+    /* issue 5: bytes held for crypto jobs in flight and output buffers
+     * (conn.c), against max_buffered / nshards */
+    size_t held;
 };
 
 struct kl_server {
@@ -190,7 +195,13 @@ static inline const char *kl_conn_peer_label(const kl_conn *c)
 }
 
 /* Why a connection must not be read now (protocol P8 limits). */
-enum { KL_CAN_READ = 0, KL_NOT_OPEN, KL_CONN_LIMIT, KL_PROCESS_LIMIT };
+enum {
+    KL_CAN_READ = 0,
+    KL_NOT_OPEN,
+    KL_CONN_LIMIT,
+    KL_PROCESS_LIMIT,
+    KL_BUDGET_LIMIT /* the shard's share of max_buffered (issue 5) */
+};
 
 /* conn.c */
 int kl_conn_read_block(const kl_conn *c);
@@ -205,6 +216,10 @@ void kl_conn_update_interest(kl_conn *c);
 void kl_conn_drain(kl_conn *c);
 void kl_conn_close(kl_conn *c);
 void kl_conn_free(kl_conn *c);
+/* issue 5 (max_buffered): brings shard->held up to date with c's output
+ * buffer; the shard gave back n held bytes. */
+void kl_conn_held_sync(kl_conn *c);
+void kl_shard_held_release(kl_shard *s, size_t n);
 bool kl_conn_done_draining(kl_conn *c);
 
 /* request.c */

@@ -94,6 +94,7 @@ void kl_conn_complete(kl_conn *c, kl_srv_job *j)
     kl_shard *s = c->shard;
     c->inflight--;
     atomic_fetch_sub(&s->srv->inflight, 1);
+    kl_shard_held_release(s, j->held); /* freed by the caller */
     kl_mx_job_complete(s, j);
     if (c->state == KL_CONN_CLOSED)
         return; /* nobody to answer; the shard frees c when inflight is 0 */
@@ -224,6 +225,8 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
 
     c->inflight++;
     atomic_fetch_add(&srv->inflight, 1);
+    j->held = sizeof *j + plen + outcap + ridlen; /* issue 5 */
+    s->held += j->held;
     if (here) {
         /* no queue: wait 0, exec = the crypto (issue 11 metrics); the
          * pool's rules still apply (P6: past its deadline, no crypto) */
@@ -241,6 +244,7 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
         /* P6 shedding: the class queue is full; answer fast. */
         c->inflight--;
         atomic_fetch_sub(&srv->inflight, 1);
+        kl_shard_held_release(s, j->held);
         kl_pin_put(s, j->pin);
         free(j);
         KL_COUNT(s->st.shed);

@@ -22,6 +22,8 @@ static void apply_defaults(kl_server_opts *o)
         o->max_inflight = 65536;
     if (!o->max_output)
         o->max_output = 8u << 20;
+    if (!o->max_buffered)
+        o->max_buffered = 64u << 20;
     if (!o->idle_timeout_ns)
         o->idle_timeout_ns = 30 * SEC;
     if (!o->handshake_timeout_ns)

@@ -45,6 +45,7 @@ typedef struct kl_server_opts {
     uint32_t max_inflight_per_conn; /* 0: 1024 */
     uint32_t max_inflight;          /* 0: 65536 */
     size_t max_output;              /* per connection; 0: 8 MiB */
+    size_t max_buffered;            /* all shards together; 0: 64 MiB */
     uint64_t idle_timeout_ns;       /* 0: 30 s */
     uint64_t handshake_timeout_ns;  /* 0: 10 s */
     uint64_t drain_timeout_ns;      /* 0: none (close at once) */
@@ -71,6 +72,9 @@ typedef struct kl_server_opts {
      * the tracer (it needs kl_server_shards rings). Not owned; freed after
      * kl_server_free. NULL: tracing off. */
     struct kl_tracer *tracer;
+    /* Fraction of successful key operations logged as access lines at
+     * info level (issue 11, Logs); 0: none, the reference's quiet. */
+    double access_log_sample_rate;
 } kl_server_opts;
 
 /* Creates the shards and binds their listening sockets. On failure returns

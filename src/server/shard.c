@@ -51,8 +51,51 @@ void kl_shard_job_done(kl_job *job)
         kl_loop_wake(s->loop);
 }
 
+/* Sampled access lines (issue 11, Logs): one info line for a fraction of
+ * successful key operations, with the request's fields (JSON members with
+ * log_format: json). The sampler is a per-thread xorshift: a shard thread
+ * owns its state, and its quality only has to spread the sample. */
+static bool access_sampled(double rate)
+{
+    static _Thread_local uint64_t x;
+    if (rate >= 1.0)
+        return true;
+    if (!x)
+        x = kl_now_ns() | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return (double)(x >> 11) * (1.0 / 9007199254740992.0) < rate;
+}
+
+static void access_line(const kl_srv_job *sj)
+{
+    const kl_conn *c = sj->conn;
+    char ski[2 * KL_SKI_LEN + 1];
+    const uint8_t *k = kl_key_ski(sj->job.key);
+    for (size_t i = 0; i < KL_SKI_LEN; i++)
+        snprintf(ski + 2 * i, 3, "%02x", k[i]);
+    /* t0 is read only when metrics time requests; otherwise no duration */
+    double ms = sj->t0_ns ? (double)(kl_now_ns() - sj->t0_ns) / 1e6 : -1.0;
+    kl_log_fields f = {.request_id = sj->request_id,
+                       .client = kl_conn_peer_label(c),
+                       .connection = c->addr,
+                       .opcode = kl_op_name(sj->job.opcode),
+                       .ski = ski,
+                       .duration_ms = ms};
+    kl_logf(KL_LOG_INFO, &f,
+            "connection %s (client %s): request %u%s%s%s: %s %s ok", c->addr,
+            kl_conn_peer_label(c), sj->id,
+            sj->request_id ? " (request_id " : "",
+            sj->request_id ? sj->request_id : "", sj->request_id ? ")" : "",
+            kl_op_name(sj->job.opcode), ski);
+}
+
 void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj)
 {
+    double rate = s->srv->o.access_log_sample_rate;
+    if (rate > 0 && sj->job.err == KL_ERR_NONE && access_sampled(rate))
+        access_line(sj);
     kl_conn_complete(sj->conn, sj);
     kl_pin_put(s, sj->pin);
     free(sj);

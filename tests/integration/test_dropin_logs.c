@@ -132,6 +132,54 @@ static void test_error_lines(void **state)
     free(log);
 }
 
+/* Sampled access lines (issue 11): with access_log_sample_rate 1 every
+ * successful operation has one info line with the request's fields - as
+ * JSON members with log_format: json; errors keep their own lines. */
+static void test_access_lines_json(void **state)
+{
+    td_daemon d;
+    td_opts o = {.name = "logs-access",
+                 .key_dirs = dir,
+                 .extra = (const char *[]){"--loglevel=1",
+                                           "--access-log-sample-rate=1",
+                                           "--log-format=json", NULL}};
+    td_start(&d, &o);
+    kl_client *c = td_connect(&d);
+    kl_request_spec s = {.opcode = KL_OP_ECDSA_SIGN_SHA256,
+                         .payload = digest,
+                         .payload_len = 32,
+                         .ski = ec_ski,
+                         .req_context = "{\"request_id\":\"acc-1\"}"};
+    for (int i = 0; i < 5; i++) {
+        kl_client_result r;
+        td_call(&d, c, &s, &r);
+        assert_int_equal(r.opcode, KL_OP_RESPONSE);
+        kl_client_result_free(&r);
+    }
+    uint8_t other[20];
+    memset(other, 0x42, sizeof other);
+    s.ski = other;
+    td_expect_error(&d, c, &s, KL_ERR_KEY_NOT_FOUND);
+    kl_client_close(c);
+    assert_int_equal(td_stop(&d, 0), 0);
+    char *log = td_read_log(&d);
+    char want[128];
+    snprintf(want, sizeof want, "\"ski\":\"%s\"", tp_ski_hex(ec_ski));
+    size_t n = 0;
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, " ok\"") || !strstr(line, "\"level\":\"info\""))
+            continue;
+        n++;
+        assert_true(line[0] == '{');
+        assert_non_null(strstr(line, "\"request_id\":\"acc-1\""));
+        assert_non_null(strstr(line, "\"client\":\"keyless dev client\""));
+        assert_non_null(strstr(line, "\"opcode\":\"OpECDSASignSHA256\""));
+        assert_non_null(strstr(line, want));
+    }
+    assert_int_equal(n, 5); /* one per success, none for the error */
+    free(log);
+}
+
 /* A refused client certificate: one warning line, naming the client. */
 static void test_refused_connection_one_line(void **state)
 {
@@ -204,6 +252,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quiet_by_default),
         cmocka_unit_test(test_error_lines),
+        cmocka_unit_test(test_access_lines_json),
         cmocka_unit_test(test_refused_connection_one_line),
         cmocka_unit_test(test_journal_format),
     };
