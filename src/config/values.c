@@ -13,12 +13,10 @@
 
 kl_status kl_cfg_fail(char *err, size_t errlen, const char *fmt, ...)
 {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    kl_verrf(err, errlen, fmt, ap);
+    va_end(ap);
     return KL_E_CONFIG;
 }
 

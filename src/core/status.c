@@ -1,5 +1,21 @@
 #include "core/status.h"
 
+#include <stdio.h>
+
+void kl_verrf(char *err, size_t errlen, const char *fmt, va_list ap)
+{
+    if (err && errlen)
+        vsnprintf(err, errlen, fmt, ap);
+}
+
+void kl_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    kl_verrf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
 const char *kl_status_str(kl_status s)
 {
     switch (s) {

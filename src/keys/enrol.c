@@ -22,17 +22,6 @@
 /* RFC 5280's upper bound for a commonName */
 #define CN_MAX 64
 
-__attribute__((format(printf, 3, 4))) static void say(char *err, size_t errlen,
-                                                      const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 EVP_PKEY *kl_enrol_new_key(void)
 {
     EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-384");
@@ -174,14 +163,15 @@ EVP_PKEY *kl_enrol_load_key(const char *path, char *err, size_t errlen)
     if (!b) {
         int e = errno;
         ERR_clear_error();
-        say(err, errlen, "cannot read: %s", strerror(e ? e : EIO));
+        kl_errf(err, errlen, "cannot read: %s", strerror(e ? e : EIO));
         return NULL;
     }
     EVP_PKEY *k = PEM_read_bio_PrivateKey(b, NULL, no_passphrase, NULL);
     ERR_clear_error();
     BIO_free(b);
     if (!k)
-        say(err, errlen,
+        kl_errf(
+            err, errlen,
             "holds no usable private key (an unencrypted PEM key is needed)");
     return k;
 }
@@ -197,7 +187,7 @@ kl_status kl_enrol_cert_matches(const char *pem, size_t len, EVP_PKEY *key,
     BIO_free(b);
     ERR_clear_error();
     if (!x) {
-        say(err, errlen, "it holds no PEM certificate");
+        kl_errf(err, errlen, "it holds no PEM certificate");
         return KL_E_BAD_VALUE;
     }
     EVP_PKEY *pub = X509_get0_pubkey(x);
@@ -205,9 +195,9 @@ kl_status kl_enrol_cert_matches(const char *pem, size_t len, EVP_PKEY *key,
     ERR_clear_error();
     X509_free(x);
     if (!same) {
-        say(err, errlen,
-            "its public key is not the one of the key keylessd generated "
-            "(the API returned a certificate for another key)");
+        kl_errf(err, errlen,
+                "its public key is not the one of the key keylessd generated "
+                "(the API returned a certificate for another key)");
         return KL_E_BAD_VALUE;
     }
     return KL_OK;
@@ -272,8 +262,8 @@ kl_status kl_enrol_write_file(const char *path, const void *data, size_t len,
     char tmp[4200];
     int fd = open_temp(path, mode, tmp, sizeof tmp);
     if (fd < 0) {
-        say(err, errlen, "%s: cannot create a file in its directory: %s", path,
-            strerror(errno));
+        kl_errf(err, errlen, "%s: cannot create a file in its directory: %s",
+                path, strerror(errno));
         return KL_E_IO;
     }
     /* the umask may only have narrowed the mode; make it exact */
@@ -309,11 +299,11 @@ kl_status kl_enrol_write_file(const char *path, const void *data, size_t len,
         unlink(tmp);
     if (!ok) {
         if (e == EEXIST)
-            say(err, errlen,
-                "%s exists already; keylessd does not overwrite it", path);
+            kl_errf(err, errlen,
+                    "%s exists already; keylessd does not overwrite it", path);
         else
-            say(err, errlen, "%s: cannot %s it: %s", path, what,
-                strerror(e ? e : EIO));
+            kl_errf(err, errlen, "%s: cannot %s it: %s", path, what,
+                    strerror(e ? e : EIO));
         return KL_E_IO;
     }
     sync_dir(path);
@@ -329,7 +319,8 @@ kl_status kl_enrol_backup(const char *path, long long now, char **backup,
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT)
             return KL_OK;
-        say(err, errlen, "%s: cannot keep a copy: %s", path, strerror(errno));
+        kl_errf(err, errlen, "%s: cannot keep a copy: %s", path,
+                strerror(errno));
         return KL_E_IO;
     }
     time_t t = (time_t)(now ? now : (long long)time(NULL));
@@ -350,11 +341,11 @@ kl_status kl_enrol_backup(const char *path, long long now, char **backup,
             return KL_OK;
         }
         if (errno != EEXIST) {
-            say(err, errlen, "%s: cannot keep a copy as %s: %s", path, name,
-                strerror(errno));
+            kl_errf(err, errlen, "%s: cannot keep a copy as %s: %s", path, name,
+                    strerror(errno));
             return KL_E_IO;
         }
     }
-    say(err, errlen, "%s: cannot find a free name for its backup", path);
+    kl_errf(err, errlen, "%s: cannot find a free name for its backup", path);
     return KL_E_IO;
 }

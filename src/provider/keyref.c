@@ -12,12 +12,10 @@
 __attribute__((format(printf, 3, 4))) static kl_status
 fail(char *err, size_t errlen, const char *fmt, ...)
 {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    kl_verrf(err, errlen, fmt, ap);
+    va_end(ap);
     return KL_E_BAD_VALUE;
 }
 

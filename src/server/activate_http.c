@@ -11,21 +11,11 @@
 #include <openssl/crypto.h>
 
 #include "core/log.h"
+#include "core/status.h"
 #include "server/activate.h"
 
 /* more than any certificate answer; a bigger body is not the API */
 #define BODY_MAX (1u << 20)
-
-__attribute__((format(printf, 3, 4))) static void say(char *err, size_t errlen,
-                                                      const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static bool loopback_host(const char *h)
 {
@@ -50,14 +40,15 @@ kl_status kl_activate_check_endpoint(const char *url, bool *plain_http,
     if (!url || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK) {
-        say(err, errlen,
-            "init_endpoint %s is not a URL; the default is "
-            "https://api.cloudflare.com/client/v4/certificates/",
-            url ? url : "(unset)");
+        kl_errf(err, errlen,
+                "init_endpoint %s is not a URL; the default is "
+                "https://api.cloudflare.com/client/v4/certificates/",
+                url ? url : "(unset)");
         goto out;
     }
     if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK) {
-        say(err, errlen,
+        kl_errf(
+            err, errlen,
             "init_endpoint must not carry credentials in the URL; the Origin "
             "CA key belongs in origin_ca_api_key");
         goto out;
@@ -68,16 +59,16 @@ kl_status kl_activate_check_endpoint(const char *url, bool *plain_http,
         *plain_http = true;
         st = KL_OK;
     } else if (strcmp(scheme, "http") == 0) {
-        say(err, errlen,
-            "init_endpoint %s: plain http would send the Origin CA key "
-            "unencrypted to %s; use https:// (http:// is accepted for "
-            "loopback addresses only)",
-            url, host);
+        kl_errf(err, errlen,
+                "init_endpoint %s: plain http would send the Origin CA key "
+                "unencrypted to %s; use https:// (http:// is accepted for "
+                "loopback addresses only)",
+                url, host);
     } else {
-        say(err, errlen,
-            "init_endpoint %s: scheme %s is not supported; use "
-            "https://",
-            url, scheme);
+        kl_errf(err, errlen,
+                "init_endpoint %s: scheme %s is not supported; use "
+                "https://",
+                url, scheme);
     }
 out:
     curl_free(user);
@@ -119,19 +110,20 @@ static void explain(CURLcode rc, const char *detail, const kl_activate_call *c,
     switch (rc) {
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
-        say(err, errlen,
-            "cannot resolve the certificate API's host in init_endpoint %s "
-            "(%s): check DNS on this machine",
-            c->endpoint, d);
+        kl_errf(err, errlen,
+                "cannot resolve the certificate API's host in init_endpoint %s "
+                "(%s): check DNS on this machine",
+                c->endpoint, d);
         break;
     case CURLE_COULDNT_CONNECT:
-        say(err, errlen,
-            "cannot connect to the certificate API at %s (%s): check the "
-            "network, firewalls, a proxy (https_proxy) and init_endpoint",
-            c->endpoint, d);
+        kl_errf(err, errlen,
+                "cannot connect to the certificate API at %s (%s): check the "
+                "network, firewalls, a proxy (https_proxy) and init_endpoint",
+                c->endpoint, d);
         break;
     case CURLE_OPERATION_TIMEDOUT:
-        say(err, errlen,
+        kl_errf(
+            err, errlen,
             "no complete answer from the certificate API at %s within %ld ms "
             "(activation_timeout): %s",
             c->endpoint, c->timeout_ms, d);
@@ -139,24 +131,25 @@ static void explain(CURLcode rc, const char *detail, const kl_activate_call *c,
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_CONNECT_ERROR:
-        say(err, errlen,
-            "TLS with the certificate API at %s failed (%s): keylessd "
-            "verifies the API's certificate against this machine's CA "
-            "store; a TLS-inspecting proxy must be trusted there",
-            c->endpoint, d);
+        kl_errf(err, errlen,
+                "TLS with the certificate API at %s failed (%s): keylessd "
+                "verifies the API's certificate against this machine's CA "
+                "store; a TLS-inspecting proxy must be trusted there",
+                c->endpoint, d);
         break;
     case CURLE_WRITE_ERROR:
         if (s->too_big) {
-            say(err, errlen,
-                "the answer of %s is larger than %u bytes: not the "
-                "certificate API (check init_endpoint)",
-                c->endpoint, BODY_MAX);
+            kl_errf(err, errlen,
+                    "the answer of %s is larger than %u bytes: not the "
+                    "certificate API (check init_endpoint)",
+                    c->endpoint, BODY_MAX);
             break;
         }
         /* fall through */
     default:
-        say(err, errlen, "the request to the certificate API at %s failed: %s",
-            c->endpoint, d);
+        kl_errf(err, errlen,
+                "the request to the certificate API at %s failed: %s",
+                c->endpoint, d);
         break;
     }
 }
