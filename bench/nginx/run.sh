@@ -170,19 +170,7 @@ done
 
 # ---- nginx: one instance, a port per case and key location -----------------
 OSSL_CNF=$WORK/openssl.cnf
-cat >"$OSSL_CNF" <<CNF
-openssl_conf = openssl_init
-[openssl_init]
-providers = provider_sect
-[provider_sect]
-default = default_sect
-keyless = keyless_sect
-[default_sect]
-activate = 1
-[keyless_sect]
-module = $KL_PROVIDER
-activate = 1
-CNF
+bash "$ROOT/scripts/provider-cnf.sh" "$OSSL_CNF" "$KL_PROVIDER"
 
 NG=$WORK/nginx
 mkdir -p "$NG/logs" "$NG/conf"

@@ -164,16 +164,4 @@ ref() {
 
 # The openssl.cnf a terminator loads: default first, then keyless.
 OSSL_CNF=$E2E_TMP/openssl.cnf
-cat >"$OSSL_CNF" <<CNF
-openssl_conf = openssl_init
-[openssl_init]
-providers = provider_sect
-[provider_sect]
-default = default_sect
-keyless = keyless_sect
-[default_sect]
-activate = 1
-[keyless_sect]
-module = $KL_PROVIDER
-activate = 1
-CNF
+bash "$KL_SRC_DIR/scripts/provider-cnf.sh" "$OSSL_CNF" "$KL_PROVIDER"
