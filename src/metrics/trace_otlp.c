@@ -131,11 +131,16 @@ static json_t *any_value(const kl_span_attr *a)
     return v;
 }
 
-/* {"key": k, "value": {...}} */
+/* {"key": k, "value": {...}}; takes value, also when it fails */
 static json_t *key_value(const char *key, json_t *value)
 {
     json_t *kv = json_object();
-    if (!kv || put(kv, "key", json_string(key)) || put(kv, "value", value)) {
+    if (!kv || put(kv, "key", json_string(key))) {
+        json_decref(kv);
+        json_decref(value);
+        return NULL;
+    }
+    if (put(kv, "value", value)) { /* put took value */
         json_decref(kv);
         return NULL;
     }
@@ -205,71 +210,38 @@ static json_t *span_json(const kl_span *sp, int64_t off)
 char *kl_otlp_encode(const kl_span *spans, size_t n, const char *service,
                      int64_t mono_to_unix_ns, size_t *len)
 {
-    json_t *root = json_object(), *rs_arr = json_array(), *rs = json_object(),
-           *res = json_object(), *res_attrs = json_array(),
-           *ss_arr = json_array(), *ss = json_object(), *scope = json_object(),
-           *span_arr = json_array();
+    json_t *span_arr = json_array(), *svc = json_object(), *kv = NULL;
     char *out = NULL;
-    if (!root || !rs_arr || !rs || !res || !res_attrs || !ss_arr || !ss ||
-        !scope || !span_arr)
-        goto done;
-    json_t *svc = json_object();
-    if (!svc ||
-        put(svc, "stringValue", json_string(service ? service : "keylessd"))) {
-        json_decref(svc);
-        goto done;
-    }
-    json_t *kv = key_value("service.name", svc);
-    if (!kv || json_array_append_new(res_attrs, kv))
-        goto done;
+    if (!span_arr || !svc ||
+        put(svc, "stringValue", json_string(service ? service : "keylessd")))
+        goto fail;
+    kv = key_value("service.name", svc);
+    svc = NULL; /* key_value took it, whatever it returned */
+    if (!kv)
+        goto fail;
     for (size_t i = 0; i < n; i++) {
         json_t *s = span_json(&spans[i], mono_to_unix_ns);
         if (!s || json_array_append_new(span_arr, s))
-            goto done;
+            goto fail;
     }
-    if (put(scope, "name", json_string("keylessd")))
-        goto done;
-    /* the children are handed over one by one: each json_*_set_new takes
-     * its reference even on failure, so clear the local first */
-    json_t *t;
-    t = scope, scope = NULL;
-    if (put(ss, "scope", t))
-        goto done;
-    t = span_arr, span_arr = NULL;
-    if (put(ss, "spans", t))
-        goto done;
-    t = ss, ss = NULL;
-    if (json_array_append_new(ss_arr, t))
-        goto done;
-    t = res_attrs, res_attrs = NULL;
-    if (put(res, "attributes", t))
-        goto done;
-    t = res, res = NULL;
-    if (put(rs, "resource", t))
-        goto done;
-    t = ss_arr, ss_arr = NULL;
-    if (put(rs, "scopeSpans", t))
-        goto done;
-    t = rs, rs = NULL;
-    if (json_array_append_new(rs_arr, t))
-        goto done;
-    t = rs_arr, rs_arr = NULL;
-    if (put(root, "resourceSpans", t))
-        goto done;
+    /* json_pack's "o" takes kv and span_arr, also when it fails (jansson
+     * >= 2.11; Debian 12 has 2.14) */
+    json_t *root =
+        json_pack("{s:[{s:{s:[o]}, s:[{s:{s:s}, s:o}]}]}", "resourceSpans",
+                  "resource", "attributes", kv, "scopeSpans", "scope", "name",
+                  "keylessd", "spans", span_arr);
+    if (!root)
+        return NULL;
     out = json_dumps(root, JSON_COMPACT);
     if (out && len)
         *len = strlen(out);
-done:
     json_decref(root);
-    json_decref(rs_arr);
-    json_decref(rs);
-    json_decref(res);
-    json_decref(res_attrs);
-    json_decref(ss_arr);
-    json_decref(ss);
-    json_decref(scope);
-    json_decref(span_arr);
     return out;
+fail:
+    json_decref(span_arr);
+    json_decref(svc);
+    json_decref(kv);
+    return NULL;
 }
 
 /* ---- tag 0x15 ---------------------------------------------------------- */
