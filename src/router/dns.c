@@ -46,8 +46,12 @@ static void add_addr(const char *text, char (*out)[64], size_t max, size_t *n)
     for (size_t i = 0; i < *n; i++)
         if (!strcmp(out[i], text))
             return;
-    if (*n < max)
-        snprintf(out[(*n)++], 64, "%s", text);
+    /* addresses from inet_ntop fit in 64 bytes (INET6_ADDRSTRLEN 46) */
+    size_t len = strnlen(text, 63);
+    if (*n < max) {
+        memcpy(out[*n], text, len);
+        out[(*n)++][len] = '\0';
+    }
 }
 
 kl_status kl_rt_dns_parse(const uint8_t *msg, size_t len, uint16_t qtype,

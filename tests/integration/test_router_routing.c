@@ -241,7 +241,7 @@ static void test_failover(void **state)
     kl_remote_stats st[8];
     size_t n = kl_router_remote_stats(r, st, 8);
     int a_timeout = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && i < 8; i++)
         if (!strcmp(st[i].name, "dca"))
             a_timeout = st[i].timeout_ms;
     bg_start(&g, r);
