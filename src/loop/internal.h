@@ -36,7 +36,7 @@ struct kl_loop {
 
 /* timer.c */
 void kl_loop_run_timers(kl_loop *l);
-/* Milliseconds until the earliest timer (rounded up), or -1 if none. */
-int kl_loop_timer_timeout_ms(const kl_loop *l);
+/* Nanoseconds until the earliest timer (0 when due), or -1 if none. */
+int64_t kl_loop_timer_timeout_ns(const kl_loop *l);
 
 #endif

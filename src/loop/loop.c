@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/time.h"
@@ -145,6 +146,29 @@ void kl_watch_stop(kl_loop *l, kl_watch *w)
             l->events[i].data.ptr = NULL;
 }
 
+/* Timers fire to the microsecond where the kernel has epoll_pwait2
+ * (Linux 5.11): a 200 us hold (the router's answer batching) must not
+ * become a millisecond. Older kernels get epoll_wait, rounded up to the
+ * millisecond. */
+static int wait_events(kl_loop *l, int64_t timeout_ns)
+{
+    static atomic_bool no_pwait2;
+    if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
+        struct timespec ts, *tp = NULL;
+        if (timeout_ns >= 0) {
+            ts.tv_sec = (time_t)(timeout_ns / 1000000000);
+            ts.tv_nsec = (long)(timeout_ns % 1000000000);
+            tp = &ts;
+        }
+        int n = epoll_pwait2(l->epfd, l->events, KL_LOOP_MAX_EVENTS, tp, NULL);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        atomic_store_explicit(&no_pwait2, true, memory_order_relaxed);
+    }
+    int ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
+    return epoll_wait(l->epfd, l->events, KL_LOOP_MAX_EVENTS, ms);
+}
+
 kl_status kl_loop_run_once(kl_loop *l, int timeout_ms)
 {
     l->stop = false;
@@ -152,19 +176,20 @@ kl_status kl_loop_run_once(kl_loop *l, int timeout_ms)
         timeout_ms = 0;
     if (l->stop)
         return KL_OK;
-    int t = kl_loop_timer_timeout_ms(l);
-    if (t >= 0 && (timeout_ms < 0 || t < timeout_ms))
-        timeout_ms = t;
+    int64_t timeout_ns = timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000000;
+    int64_t t = kl_loop_timer_timeout_ns(l);
+    if (t >= 0 && (timeout_ns < 0 || t < timeout_ns))
+        timeout_ns = t;
     /* about to sleep: wakers write the eventfd from here on (see above) */
     atomic_store(&l->wake_pending, false);
     if (atomic_load(&l->wake_requested))
-        timeout_ms = 0;
+        timeout_ns = 0;
     /* busy: from the end of the last wait to the start of this one (two
      * clock reads per turn, the second one needed anyway) */
     uint64_t before = kl_now_ns();
     if (before > l->now_ns)
         l->busy_ns += before - l->now_ns;
-    int n = epoll_wait(l->epfd, l->events, KL_LOOP_MAX_EVENTS, timeout_ms);
+    int n = wait_events(l, timeout_ns);
     if (n < 0) {
         KL_ENSURE(errno == EINTR, KL_E_IO);
         n = 0;

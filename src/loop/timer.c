@@ -102,15 +102,16 @@ kl_status kl_timer_after(kl_loop *l, kl_timer *t, uint64_t delay_ns)
     return kl_timer_at(l, t, kl_now_ns() + delay_ns);
 }
 
-int kl_loop_timer_timeout_ms(const kl_loop *l)
+int64_t kl_loop_timer_timeout_ns(const kl_loop *l)
 {
     if (l->heap_len == 0)
         return -1;
     uint64_t due = l->heap[0]->due_ns, now = kl_now_ns();
     if (due <= now)
         return 0;
-    uint64_t ms = (due - now + 999999u) / 1000000u;
-    return ms > 86400000u ? 86400000 : (int)ms;
+    uint64_t ns = due - now;
+    return ns > 86400ull * 1000000000u ? (int64_t)86400 * 1000000000
+                                       : (int64_t)ns;
 }
 
 void kl_loop_run_timers(kl_loop *l)
