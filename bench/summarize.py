@@ -139,8 +139,10 @@ r = g("ecdsa-p256-2shards", "ops_s") / g("ecdsa-p256-1shard", "ops_s")
 targets.append(("scaling, ECDSA 8 x 64: 2 shards vs 1", ">= 1.8x",
                 f"{fmt(g('ecdsa-p256-2shards', 'ops_s'), 0)}/s vs {fmt(g('ecdsa-p256-1shard', 'ops_s'), 0)}/s = {fmt(r)}x",
                 verdict(r >= 1.8 if r == r else None)))
-for prim, lim in (("ecdsa-p256", 1000), ("rsa-2048", 3000)):
-    p = g(f"{prim}-open50", "p99")
+for name, prim, lim in (("ecdsa-p256-open50", "ecdsa-p256", 1000),
+                        ("ecdsa-p256-open50-tick", "ecdsa-p256, client sends on a 100 us grid", 1000),
+                        ("rsa-2048-open50", "rsa-2048", 3000)):
+    p = g(name, "p99")
     targets.append((f"p99 at 50% of peak, open loop, {prim}", f"<= {lim / 1000:g} ms",
                     f"{fmt(p / 1000)} ms", verdict(p <= lim if p == p else None)))
 solo, mixed = g("ecdsa-p256-iso-solo", "p99"), g("ecdsa-p256-iso-rsa4096", "p99")

@@ -190,6 +190,16 @@ static void arm(int tfd, uint64_t at)
     (void)timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
+/* When a request intended at t leaves: at t, or with -tick at the first
+ * point of the tick grid at or after t. */
+static uint64_t tick_due(const bench *b, uint64_t t)
+{
+    if (!b->tick_ns || t <= b->t_start)
+        return t;
+    uint64_t k = (t - b->t_start + b->tick_ns - 1) / b->tick_ns;
+    return b->t_start + k * b->tick_ns;
+}
+
 /* Sends what is due now; returns when the next send is due. */
 static uint64_t send_due(bworker *w, uint64_t now)
 {
@@ -197,14 +207,20 @@ static uint64_t send_due(bworker *w, uint64_t now)
     uint64_t next = b->t_end;
     if (b->mode == MODE_OPEN) {
         /* bounded per round so that answers are read meanwhile; a send
-         * that is late still carries its intended time */
-        for (int n = 0;
-             n < 4096 && w->next_send <= now && w->next_send < b->t_end; n++) {
-            submit(w, &w->conns[w->rr++ % w->nconns], w->next_send);
-            w->next_send += w->interval_ns;
-        }
-        if (w->next_send < next)
-            next = w->next_send;
+         * that is late still carries its intended time. With -tick the
+         * requests go only on the tick grid, all those due by then in
+         * one write (the wait is charged to them: their intended times
+         * stay). */
+        if (now >= tick_due(b, w->next_send))
+            for (int n = 0;
+                 n < 4096 && w->next_send <= now && w->next_send < b->t_end;
+                 n++) {
+                submit(w, &w->conns[w->rr++ % w->nconns], w->next_send);
+                w->next_send += w->interval_ns;
+            }
+        uint64_t due = tick_due(b, w->next_send);
+        if (due < next)
+            next = due;
     }
     while (w->npaused && w->paused[w->pause_head].at <= now) {
         bconn *c = w->paused[w->pause_head].c;

@@ -111,6 +111,7 @@ struct bench {
     unsigned ref_workers, connections, depth, threads;
     bool connections_set, depth_set;
     uint64_t duration_ns, warmup_ns, pause_ns;
+    uint64_t tick_ns; /* -tick: open-loop sends batched on this grid */
     bool bandwidth, verify, json, idle;
     double rate;
     int timeout_ms;

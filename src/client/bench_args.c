@@ -47,6 +47,10 @@ static const flag flags[] = {
     {"rate", F_RATE, OFF(rate), "R",
      "open loop: R requests per second in all, latency from each "
      "request's intended send time"},
+    {"tick", F_DUR, OFF(tick_ns), "DUR",
+     "open loop: wake up to send at most once per DUR, sending every "
+     "request due by then in one write; latency still runs from each "
+     "request's own intended time (0: a wake-up per request)"},
     {"duration", F_DUR, OFF(duration_ns), "DUR", "measured time (10s)"},
     {"warmup", F_DUR, OFF(warmup_ns), "DUR",
      "load before the measured time, not counted (0)"},

@@ -147,6 +147,13 @@ static int check_mode(bench *b)
                         "-pause or -workers%s%s",
                         NULL, NULL);
     }
+    if (b->tick_ns && b->mode != MODE_OPEN)
+        return fail("-tick batches the open loop's sends: give -rate too%s%s",
+                    NULL, NULL);
+    if (b->tick_ns > 1000000000ull)
+        return fail("-tick: at most 1s (it delays every request by up to "
+                    "that much)%s%s",
+                    NULL, NULL);
     if (b->ref_workers) {
         if (b->connections_set)
             return fail("-workers is -connections N with one request in "

@@ -239,6 +239,28 @@ static void test_open_loop_json(void **state)
     free(out);
 }
 
+/* -tick batches the open loop's sends on a grid, and the wait for the
+ * grid is charged: 500/s on a 50 ms grid leaves ~25 requests per tick,
+ * each waiting 0-50 ms (median ~25 ms) before it is sent. */
+static void test_open_loop_tick_charged(void **state)
+{
+    char *out = NULL;
+    const char *a[] = {"-server", server, "-pubkey",   p256, "-rate", "500",
+                       "-tick",   "50ms", "-duration", "1s", "-json", NULL};
+    run_ok(&out, a);
+    json_t *j = parse_json(out);
+    double ops = jnum(j, "operations");
+    assert_true(ops >= 450 && ops <= 510); /* the rate is kept */
+    assert_int_equal(jnum(j, "errors"), 0);
+    double p50 = jnum(j, "latency_us.p50"), mx = jnum(j, "latency_us.max");
+    fprintf(stderr, "tick 50 ms: p50 %.1f ms, max %.1f ms\n", p50 / 1000,
+            mx / 1000);
+    assert_true(p50 >= 15000); /* waits for the grid counted */
+    assert_true(mx >= 40000);
+    json_decref(j);
+    free(out);
+}
+
 /* Every kind of operation in one weighted mix, each answer verified. */
 static void test_mix_verified(void **state)
 {
@@ -392,6 +414,9 @@ static void test_bad_flags(void **state)
     const char *c[] = {"-server", server, "-pubkey",    p256,
                        "-rate",   "100",  "-bandwidth", NULL};
     expect_usage(c, "-rate");
+    const char *t[] = {"-server", server, "-pubkey", p256,
+                       "-tick",   "1ms",  NULL};
+    expect_usage(t, "-tick");
     const char *e[] = {"-server", server,    "-pubkey", p256,
                        "-op",     "ed25519", NULL};
     expect_usage(e, "does not fit");
@@ -448,6 +473,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_closed_loop_reference_flags),
         cmocka_unit_test(test_open_loop_json),
+        cmocka_unit_test(test_open_loop_tick_charged),
         cmocka_unit_test(test_mix_verified),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_idle_connections),
