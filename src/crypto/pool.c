@@ -16,6 +16,14 @@
  * The blocking class (PKCS#11 keys) has its own threads and condition
  * variable: those threads take only blocking jobs, the others never do.
  *
+ * Completions at saturation (issue 5): a done callback may leave the
+ * wake-up it owes its owner to the worker (kl_pool_defer_wake), which
+ * sends it before it sleeps or before a job when holding it longer is not
+ * worth it (may_defer). With RSA-2048 at saturation a shard then wakes once
+ * per several signatures instead of once per signature, each wake-up
+ * preempting a worker on a 2-core machine (~3 context switches per
+ * signature before; docs/DESIGN.md has the numbers).
+ *
  * A PKCS#11 call cannot be interrupted, and an HSM may stall for seconds.
  * So a blocking job is answered at its deadline even when its token call
  * has not returned: a watchdog thread answers the jobs whose deadline
@@ -45,6 +53,10 @@
 #define SHORT_SLOW_BITS 2048
 #define DEFAULT_STOP_GRACE_MS 2000
 #define SAMPLE_EVERY 16u
+/* deferred wake-ups (kl_pool_defer_wake): how many owners per worker, and
+ * how long the oldest may wait (measured, docs/DESIGN.md) */
+#define DEFER_MAX 8
+#define WAKE_DEFER_NS (2000ull * 1000u)
 
 /* What a blocking worker runs; job, deadline_ns and answered are guarded by
  * the pool's mutex. */
@@ -197,21 +209,92 @@ static void run(kl_pool *p, kl_cost_class cls, kl_job *job)
     job->done(job); /* the job belongs to its owner from here on */
 }
 
+/* Wake-ups that done callbacks left to this worker (kl_pool_defer_wake).
+ * Thread-local: only fast and slow workers defer (on). */
+typedef struct deferred {
+    bool on;
+    int n;
+    uint64_t since_ns; /* when the oldest one was deferred */
+    struct {
+        void (*fn)(void *arg);
+        void *arg;
+    } w[DEFER_MAX];
+} deferred;
+static _Thread_local deferred defer;
+
+static void flush_wakes(void)
+{
+    int n = defer.n;
+    defer.n = 0;
+    for (int i = 0; i < n; i++)
+        defer.w[i].fn(defer.w[i].arg);
+}
+
+bool kl_pool_defer_wake(void (*fn)(void *arg), void *arg)
+{
+    if (!defer.on)
+        return false;
+    for (int i = 0; i < defer.n; i++)
+        if (defer.w[i].fn == fn && defer.w[i].arg == arg)
+            return true;
+    if (defer.n == DEFER_MAX)
+        return false;
+    if (defer.n == 0)
+        defer.since_ns = kl_now_ns();
+    defer.w[defer.n].fn = fn;
+    defer.w[defer.n].arg = arg;
+    defer.n++;
+    return true;
+}
+
+/* Called with the lock held, job picked: whether the wake-ups deferred so
+ * far may wait for it too. Only while its class still has a job queued for
+ * every worker - saturation - and only while the oldest would not wait,
+ * once this job ran, more than a quarter of what the queue already costs
+ * the jobs in it (their wait behind one another), nor more than
+ * WAKE_DEFER_NS. Below saturation an answer leaves with no added delay,
+ * with a short queue almost none, and a fast job that passes a queue of
+ * RSA-4096 is not held behind them. */
+static bool may_defer(const kl_pool *p, kl_cost_class cls)
+{
+    uint64_t queued =
+        atomic_load_explicit(&p->q[cls].len, memory_order_relaxed);
+    uint64_t lanes = (uint64_t)p->workers;
+    if (queued < lanes)
+        return false;
+    uint64_t cost =
+        atomic_load_explicit(&p->exec_ns[cls], memory_order_relaxed);
+    uint64_t limit = cost * queued / lanes / 4;
+    if (limit > WAKE_DEFER_NS)
+        limit = WAKE_DEFER_NS;
+    return kl_now_ns() + cost - defer.since_ns <= limit;
+}
+
 static void *worker_main(void *arg)
 {
     kl_pool *p = arg;
+    defer.on = true;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         kl_cost_class cls;
         kl_job *job = pick(p, &cls);
         if (job) {
+            bool flush = defer.n && !may_defer(p, cls);
             pthread_mutex_unlock(&p->mu);
+            if (flush)
+                flush_wakes();
             run(p, cls, job);
             pthread_mutex_lock(&p->mu);
             if (cls == KL_COST_SLOW)
                 p->slow_running--;
             if (p->stopping)
                 pthread_cond_broadcast(&p->cv); /* others may now exit */
+            continue;
+        }
+        if (defer.n) { /* never sleep on a wake-up owed */
+            pthread_mutex_unlock(&p->mu);
+            flush_wakes();
+            pthread_mutex_lock(&p->mu);
             continue;
         }
         if (p->stopping && !p->q[KL_COST_FAST].head && !p->q[KL_COST_SLOW].head)

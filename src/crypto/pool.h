@@ -96,6 +96,18 @@ void kl_pool_set_blocking_workers(kl_pool *p, int n);
  * the blocking class. */
 void kl_pool_run_here(kl_pool *p, kl_job *job);
 
+/* For done callbacks (issue 5): a callback that owes its owner a wake-up
+ * (e.g. a shard's eventfd) may leave it to the worker that called it. The
+ * worker calls fn(arg) - once for equal (fn, arg) pairs, on its own
+ * thread - before it sleeps, and before its next job unless that job's
+ * class is saturated (a job queued for every worker) and the oldest
+ * deferred wake-up would, after that job, have waited at most a quarter
+ * of the queue's own wait and at most 2 ms: at saturation one wake-up
+ * carries several answers, below it every answer goes at once. False when
+ * the calling thread does not defer (not a fast or slow worker, or 8
+ * owners already waiting): the caller wakes its owner itself, now. */
+bool kl_pool_defer_wake(void (*fn)(void *arg), void *arg);
+
 /* Queues a job in the key's cost class. KL_E_TOO_LARGE when that class's
  * queue is full (the caller answers a fast error); the callback is not
  * called then. */

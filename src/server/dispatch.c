@@ -1,5 +1,7 @@
 #include "server/dispatch.h"
 
+#include <string.h>
+
 static kl_disp error(uint8_t err)
 {
     return (kl_disp){KL_DISP_ERROR, err};
@@ -35,4 +37,39 @@ kl_disp kl_dispatch_decide(kl_status parse_status, const kl_request *req)
         return (kl_disp){KL_DISP_KEY_OP, KL_ERR_NONE};
     }
     return error(KL_ERR_BAD_OPCODE);
+}
+
+/* {"deadline_ms":N}, N a JSON integer of at most 10 digits (no sign, no
+ * leading zero, no blanks): what jansson would read, clamped to uint32 as
+ * kl_req_context_parse clamps. Anything else: false. */
+static bool deadline_only(const uint8_t *p, size_t len, uint32_t *ms)
+{
+    static const char pre[] = "{\"deadline_ms\":";
+    const size_t n = sizeof pre - 1;
+    if (len < n + 2 || len > n + 10 + 1 || memcmp(p, pre, n) != 0 ||
+        p[len - 1] != '}')
+        return false;
+    size_t end = len - 1;
+    if (p[n] == '0' && end - n > 1)
+        return false; /* JSON has no leading zeros */
+    uint64_t v = 0;
+    for (size_t i = n; i < end; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(p[i] - '0');
+    }
+    *ms = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+    return true;
+}
+
+kl_status kl_dispatch_context(const uint8_t *p, size_t len, kl_req_context *out)
+{
+    uint32_t ms;
+    if (p && deadline_only(p, len, &ms)) {
+        memset(out, 0, sizeof *out);
+        out->has_deadline = true;
+        out->deadline_ms = ms;
+        return KL_OK;
+    }
+    return kl_req_context_parse(p, len, out);
 }

@@ -285,8 +285,8 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
         KL_COUNT(s->st.stray_bytes);
     /* Tag 0x16 is parsed only when present: most requests lack it. */
     if (st == KL_OK && req.req_context.ptr) {
-        if (kl_req_context_parse(req.req_context.ptr, req.req_context.len,
-                                 &ctx) == KL_OK)
+        if (kl_dispatch_context(req.req_context.ptr, req.req_context.len,
+                                &ctx) == KL_OK)
             pctx = &ctx;
         else
             kl_debug("connection %s: request %u: request context is not a "

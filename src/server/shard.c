@@ -37,17 +37,31 @@ void kl_shard_mark_dirty(kl_shard *s, kl_conn *c)
     s->dirty = c;
 }
 
+static void wake_loop(void *loop)
+{
+    kl_loop_wake(loop);
+}
+
 void kl_shard_job_done(kl_job *job)
 {
     kl_shard *s = job->owner;
+    /* read before the push: from there on the job is the shard's */
+    bool rsa = kl_crypto_cost_class(job->key) == KL_COST_SLOW;
     pthread_mutex_lock(&s->done_mu);
     bool was_empty = s->done_head == NULL;
     job->next = s->done_head;
     s->done_head = job;
     pthread_mutex_unlock(&s->done_mu);
-    /* A non-empty queue means a wake-up is already pending: the shard takes
-     * the whole list at once. */
-    if (was_empty)
+    /* The shard takes the whole list at once, so a completion onto a
+     * non-empty list has a wake-up on its way. But a pool worker may hold
+     * that wake-up while it runs more jobs (kl_pool_defer_wake: at
+     * saturation only, 2 ms at most; the shard then wakes once for a batch
+     * of answers instead of once per RSA signature, issue 5). So any job
+     * but an RSA one asks again: its answer must not wait for an RSA
+     * worker's batch (asking costs two atomics while the shard is awake or
+     * an eventfd write is pending, loop.c). RSA jobs do not: asking for
+     * every one doubled the wake-ups at RSA saturation (docs/DESIGN.md). */
+    if ((was_empty || !rsa) && !kl_pool_defer_wake(wake_loop, s->loop))
         kl_loop_wake(s->loop);
 }
 
