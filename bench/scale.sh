@@ -12,7 +12,9 @@
 #   scale_nonce   ECDSA nonce precomputation, measured
 #                 (bench/tools/ecdsa-nonce.c)
 #
-# SCALE_ONLY="flood" (say) runs only the scenarios named. Each writes its
+# SCALE_ONLY="flood" (say) runs only the scenarios named; STORM_REPS=1
+# runs the storm once instead of REPS times (quick A/B:
+# SCALE_ONLY=storm STORM_REPS=1 bench/run.sh --scale). Each writes its
 # raw results under $WORK (scale-*, storm.*, flood.*,
 # nonce.json); bench/scale.py turns them into the Targets rows and the
 # "Scale and storm scenarios" section. Smoke mode runs each tiny.
@@ -118,13 +120,16 @@ scale_storm() {
     # Every client comes from 127.0.0.1 here, one "source" for keylessd's
     # per-source handshake limit (default 100, meant for one edge): it is
     # raised to max_handshaking's default (1000), which stays as it is -
-    # clients beyond it are closed at accept and retry, as edges would.
+    # clients beyond it wait in the listen backlog until handshake slots
+    # free (keylessd stops accepting at the cap; each listener's backlog
+    # is net.core.somaxconn, storm.c reports the SYNs dropped when it
+    # overflows as listen_drops).
     local flags=(--max-handshaking-per-source=1000
                  --max-connections=$((SC_STORM + 2000)) --idle-timeout=10m)
     echo "${flags[*]}" >"$WORK/storm.flags"
-    local rep
-    for rep in $(seq $REPS); do
-        log "storm: $SC_STORM clients, run $rep/$REPS (priming takes a while)"
+    local rep reps=${STORM_REPS:-$REPS}
+    for rep in $(seq $reps); do
+        log "storm: $SC_STORM clients, run $rep/$reps (priming takes a while)"
         scale_server "$WORK/onekey" "$WORK/storm.$rep.log" "${flags[@]}"
         "$SC_TOOLS/storm" -server "127.0.0.1:$PORT" -cert "$PKI/client.crt" \
             -key "$PKI/client.key" -ca "$PKI/ca.crt" -n $SC_STORM -prime 50 \

@@ -12,10 +12,14 @@
  *    epoll, non-blocking), each sends a ping; a client is served when its
  *    pong arrives. A connection the server closes or refuses (its
  *    handshake limits) is retried after a short backoff, as an edge
- *    would, until -timeout.
+ *    would, until -timeout. (keylessd closes none at max_handshaking: it
+ *    stops accepting and the rest wait in the listen backlog.)
  * Prints one JSON object: the share resumed (SSL_session_reused), the
  * time until every client was served, percentiles of the time to be
- * served, retries and clients never served. Exit 0 when all were served. */
+ * served, retries, clients never served, and listen_drops: connection
+ * attempts the kernel dropped during the storm because a listen backlog
+ * was full (TcpExtListenDrops of the whole machine; such a client's SYN
+ * is resent only after 1 s). Exit 0 when all were served. */
 #include "tlsconn.h"
 
 typedef enum { C_WAIT, C_ACTIVE, C_DONE } cstate;
@@ -209,6 +213,35 @@ static double phase(run *r, size_t conc, uint64_t deadline)
     return (double)(tc_now_ns() - t0) / 1e9;
 }
 
+/* TcpExt ListenDrops from /proc/net/netstat (a header line of names, then
+ * a line of values); -1 when unknown. */
+static long long listen_drops(void)
+{
+    FILE *f = fopen("/proc/net/netstat", "re");
+    if (!f)
+        return -1;
+    static char names[8192], values[8192];
+    long long v = -1;
+    while (fgets(names, sizeof names, f) && fgets(values, sizeof values, f)) {
+        if (strncmp(names, "TcpExt:", 7) != 0)
+            continue;
+        char *sn, *sv;
+        char *n = strtok_r(names, " \n", &sn),
+             *x = strtok_r(values, " \n", &sv);
+        while (n && x) {
+            if (!strcmp(n, "ListenDrops")) {
+                v = atoll(x);
+                break;
+            }
+            n = strtok_r(NULL, " \n", &sn);
+            x = strtok_r(NULL, " \n", &sv);
+        }
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -288,11 +321,16 @@ int main(int argc, char **argv)
     if (primed < r.n)
         fprintf(stderr, "storm: only %zu of %zu clients could be primed\n",
                 primed, r.n);
-    /* 2: everyone at once, offering the kept sessions */
+    /* 2: everyone at once, offering the kept sessions (the line tells a
+     * profiler when to start) */
+    fprintf(stderr, "storm: %zu primed in %.1f s; reconnecting all at once\n",
+            primed, prime_s);
     r.keep_session = false;
     r.offer_session = true;
+    long long drops0 = listen_drops();
     uint64_t t0 = tc_now_ns();
     double storm_s = phase(&r, r.n, t0 + (uint64_t)timeout * 1000000000ull);
+    long long drops1 = listen_drops();
     uint64_t *t = calloc(r.n, sizeof *t);
     size_t nt = 0;
     const char *version = "-";
@@ -313,10 +351,11 @@ int main(int argc, char **argv)
            "\"%s\", \"served\": %zu, \"resumed\": %zu, \"resumed_share\": "
            "%.4f, \"all_served_s\": %s, \"storm_s\": %.3f, "
            "\"served_p50_s\": %.3f, \"served_p99_s\": %.3f, \"retries\": "
-           "%zu, \"never_served\": %zu}\n",
+           "%zu, \"never_served\": %zu, \"listen_drops\": %lld}\n",
            r.n, primed, resumable, prime_s, prime_retries, version, r.served,
            r.resumed, (double)r.resumed / (double)r.n, all, storm_s, PCT(0.5),
-           PCT(0.99), r.retries, r.n - r.served);
+           PCT(0.99), r.retries, r.n - r.served,
+           drops0 >= 0 && drops1 >= drops0 ? drops1 - drops0 : -1);
     for (size_t i = 0; i < r.n; i++) {
         tc_close(r.ep, &r.cl[i].c);
         SSL_SESSION_free(r.cl[i].sess);

@@ -405,7 +405,9 @@ static const kl_option options[] = {
      .flag = "max-handshaking",
      .metavar = "N",
      .help = "connections whose client is not yet authenticated (TLS "
-             "handshake not finished); more are closed as soon as accepted",
+             "handshake not finished); past it keylessd stops accepting and "
+             "new connections wait in the listen backlog (sized by "
+             "net.core.somaxconn)",
      .group = G_LIMITS},
     {.name = "max_handshaking_per_source",
      .type = KL_OPT_INT,

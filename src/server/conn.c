@@ -42,15 +42,19 @@ static void format_addr(const struct sockaddr *sa, char *out, size_t cap)
     }
 }
 
-void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
+bool kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
 {
     kl_server *srv = s->srv;
-    /* issue 10: over max_connections or max_handshaking (global or for its
-     * source), close at once. */
+    /* issue 10: over max_connections or its source's handshake cap, close
+     * at once; issue 5: at max_handshaking, the caller keeps it and stops
+     * accepting until a handshake slot frees (limits.c). */
     kl_src src;
-    if (!kl_limits_admit(s, sa, &src)) {
+    kl_admit a = kl_limits_admit(s, sa, &src);
+    if (a == KL_ADMIT_WAIT)
+        return false;
+    if (a == KL_ADMIT_CLOSE) {
         close(fd);
-        return;
+        return true;
     }
     /* P8: Nagle plus delayed ACKs would hold each coalesced write ~40 ms. */
     int one = 1;
@@ -61,7 +65,7 @@ void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
         kl_warn("out of memory accepting a connection");
         close(fd);
         kl_limits_release(s, true, &src);
-        return;
+        return true;
     }
     c->shard = s;
     c->fd = fd;
@@ -88,7 +92,7 @@ void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
         free(c);
         close(fd);
         kl_limits_release(s, true, &src);
-        return;
+        return true;
     }
     c->next = s->live;
     if (s->live)
@@ -97,6 +101,7 @@ void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
     s->nlive++;
     KL_COUNT(s->st.accepted);
     kl_metrics_conn_move(s->mx, KL_MCONN_NONE, KL_MCONN_HANDSHAKE);
+    return true;
 }
 
 /* ---- closing ---- */

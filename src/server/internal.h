@@ -135,6 +135,14 @@ struct kl_shard {
     int listen_fd;
     kl_watch listen_watch;
     kl_timer accept_retry;
+    /* issue 5, accept back-pressure (limits.c): at max_handshaking the
+     * listener stops (listen_parked) holding the socket accepted last
+     * (held_fd, -1: none; its address in held_sa); accept_blocked asks
+     * the shard that frees a handshake slot to wake this one */
+    bool listen_parked;
+    int held_fd;
+    struct sockaddr_storage held_sa;
+    atomic_bool accept_blocked;
     kl_conn *live; /* doubly linked */
     size_t nlive;
     kl_conn *closed; /* closed, waiting for jobs (zombies) */
@@ -208,7 +216,9 @@ int kl_conn_read_block(const kl_conn *c);
 /* Closes with one log line at level: "<what>: <why>". */
 void kl_conn_close_with(kl_conn *c, int level, const char *what,
                         const char *why);
-void kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa);
+/* false: max_handshaking is reached and fd was left to the caller
+ * (limits.h KL_ADMIT_WAIT); true: fd became a connection or was closed */
+bool kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa);
 void kl_conn_read(kl_conn *c);
 void kl_conn_flush(kl_conn *c);
 void kl_conn_complete(kl_conn *c, kl_srv_job *j);

@@ -4,12 +4,23 @@
  * buffers and a TLS state before its client has proved anything. An
  * attacker who can reach the port could otherwise exhaust descriptors or
  * memory with connections that never finish (or never start) their
- * handshake, and lock out the edges. So a socket over either cap is closed
- * right after accept() - cheaper than leaving it in the kernel's backlog,
- * where it would delay the well-behaved clients queued behind it. The
- * handshake cap is much lower than the connection cap: authenticated
- * clients are few and long-lived, unauthenticated ones are what a flood
- * consists of.
+ * handshake, and lock out the edges. The handshake cap is much lower than
+ * the connection cap: authenticated clients are few and long-lived,
+ * unauthenticated ones are what a flood consists of.
+ *
+ * What happens past each cap (issue 5, reconnect storms): a socket over
+ * max_connections is closed right after accept() - its slot frees only
+ * when a long-lived connection goes, so waiting would not end soon. At
+ * max_handshaking the shard instead stops accepting: the connections
+ * queue in the kernel's listen backlog, which costs no descriptor and no
+ * TLS state, and each is accepted as soon as a handshake finishes. A
+ * handshake takes milliseconds, so they wait briefly; closing them made
+ * every client of a storm retry after a backoff, again and again (10,000
+ * edges reconnecting at once made 70,000 attempts and took 9 s). Every
+ * shard's listener stops at the same global count; a shard that stopped
+ * publishes that (accept_blocked) and whoever frees a slot wakes it.
+ * A socket over its source's cap is still closed: waiting would let one
+ * source's queue hold the listener, and the other sources behind it.
  *
  * Why a per-source cap as well: with only the global one, a single
  * address could hold every handshake slot until its handshakes time out,
@@ -28,6 +39,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -44,6 +56,39 @@
  * files during a reload, inotify, the metrics server, the log. */
 #define FD_MARGIN 256u
 #define REFUSAL_LOG_NS 1000000000ull
+/* Linux's default net.core.somaxconn since 5.4 (128 before): each
+ * listener's backlog, where connections wait at max_handshaking. */
+#define BACKLOG_WANTED 4096
+
+/* The kernel caps every listen() backlog at net.core.somaxconn. When the
+ * backlog is full the kernel drops new connection attempts, and clients
+ * retry their SYN only after 1 s, then 3 s: a small backlog turns a
+ * reconnect storm into seconds of delay (docs/OPERATIONS.md, Connection
+ * limits and the listen backlog). */
+static long somaxconn(void)
+{
+    FILE *f = fopen("/proc/sys/net/core/somaxconn", "re");
+    if (!f)
+        return -1; /* not Linux's procfs */
+    long n = -1;
+    if (fscanf(f, "%ld", &n) != 1)
+        n = -1;
+    fclose(f);
+    return n;
+}
+
+static void check_backlog(void)
+{
+    long n = somaxconn();
+    if (n >= 0 && n < BACKLOG_WANTED)
+        kl_warn("net.core.somaxconn is %ld: past max_handshaking, new "
+                "connections wait in each listener's backlog, which holds "
+                "at most that many; beyond it the kernel drops them and "
+                "clients retry a second later. Set it to %d or more "
+                "(sysctl -w net.core.somaxconn=%d; docs/OPERATIONS.md, "
+                "Connection limits)",
+                n, BACKLOG_WANTED, BACKLOG_WANTED);
+}
 
 void kl_limits_process_setup(bool allow_core_dumps, size_t max_connections)
 {
@@ -63,6 +108,7 @@ void kl_limits_process_setup(bool allow_core_dumps, size_t max_connections)
         kl_warn("allow_core_dumps is set: a core dump of keylessd contains "
                 "the private keys it serves");
     }
+    check_backlog();
     struct rlimit fds;
     if (getrlimit(RLIMIT_NOFILE, &fds) != 0)
         return;
@@ -245,8 +291,11 @@ static void source_text(const uint8_t addr[16], char *out, size_t cap)
 
 /* ---- admission ---- */
 
+/* then: what happens to new connections; NULL: they wait in the listen
+ * backlog, whose size is read then (at most once a second) because it
+ * tells whether a storm fits. */
 static void note_refusal(kl_shard *s, const char *what, uint32_t cap,
-                         const uint8_t *src)
+                         const uint8_t *src, const char *then)
 {
     /* One line per second per shard at most: the refusals of a flood are
      * counted, not logged one by one. */
@@ -259,49 +308,86 @@ static void note_refusal(kl_shard *s, const char *what, uint32_t cap,
         memcpy(from, " for ", 5);
         source_text(src, from + 5, sizeof from - 5);
     }
-    kl_warn("shard %d: %s reached (%u)%s: closing new connections at once "
-            "(counted; logged at most once a second)",
-            s->index, what, cap, from);
+    char wait[160];
+    if (!then) {
+        snprintf(wait, sizeof wait,
+                 "new connections wait in the listen backlog (at most "
+                 "net.core.somaxconn = %ld per shard) until handshakes finish",
+                 somaxconn());
+        then = wait;
+    }
+    kl_warn("shard %d: %s reached (%u)%s: %s (logged at most once a "
+            "second)",
+            s->index, what, cap, from, then);
 }
 
-bool kl_limits_admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
+#define THEN_CLOSE "closing new connections at once (counted)"
+
+/* Wakes every shard that stopped accepting at max_handshaking, once each
+ * (the flag is taken by exchange). Sequentially consistent with
+ * kl_limits_wait_slot: either that sees the count below the cap, or this
+ * sees its flag - a stopped listener is never forgotten. */
+static void wake_waiting(kl_server *srv)
+{
+    for (int i = 0; i < srv->nshards; i++) {
+        kl_shard *t = &srv->shards[i];
+        if (atomic_load(&t->accept_blocked) &&
+            atomic_exchange(&t->accept_blocked, false))
+            kl_loop_wake(t->loop);
+    }
+}
+
+void kl_limits_wait_slot(kl_shard *s)
+{
+    kl_server *srv = s->srv;
+    atomic_store(&s->accept_blocked, true);
+    if (atomic_load(&srv->nhandshaking) < srv->o.max_handshaking &&
+        atomic_exchange(&s->accept_blocked, false))
+        kl_loop_wake(s->loop);
+}
+
+kl_admit kl_limits_admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
 {
     kl_server *srv = s->srv;
     src->counted = false;
     if (!take(&srv->nconns, srv->o.max_connections)) {
         KL_COUNT(s->st.conn_refused);
-        note_refusal(s, "max_connections", srv->o.max_connections, NULL);
-        return false;
+        note_refusal(s, "max_connections", srv->o.max_connections, NULL,
+                     THEN_CLOSE);
+        return KL_ADMIT_CLOSE;
     }
     if (!take(&srv->nhandshaking, srv->o.max_handshaking)) {
         atomic_fetch_sub_explicit(&srv->nconns, 1, memory_order_relaxed);
-        KL_COUNT(s->st.handshake_refused);
-        note_refusal(s, "max_handshaking", srv->o.max_handshaking, NULL);
-        return false;
+        note_refusal(s, "max_handshaking", srv->o.max_handshaking, NULL, NULL);
+        return KL_ADMIT_WAIT;
     }
     if (srv->src_caps) {
         source_of(sa, src->addr);
         if (!kl_src_take(srv->src_caps, src->addr)) {
-            atomic_fetch_sub_explicit(&srv->nhandshaking, 1,
-                                      memory_order_relaxed);
+            atomic_fetch_sub(&srv->nhandshaking, 1);
             atomic_fetch_sub_explicit(&srv->nconns, 1, memory_order_relaxed);
+            /* another shard may have stopped on the slot held meanwhile */
+            wake_waiting(srv);
             KL_COUNT(s->st.handshake_refused);
             note_refusal(s, "max_handshaking_per_source",
-                         srv->o.max_handshaking_per_source, src->addr);
-            return false;
+                         srv->o.max_handshaking_per_source, src->addr,
+                         THEN_CLOSE);
+            return KL_ADMIT_CLOSE;
         }
         src->counted = true;
     }
-    return true;
+    return KL_ADMIT_OK;
 }
 
 void kl_limits_handshake_done(kl_shard *s, kl_src *src)
 {
-    atomic_fetch_sub_explicit(&s->srv->nhandshaking, 1, memory_order_relaxed);
+    /* sequentially consistent: see wake_waiting */
+    atomic_fetch_sub(&s->srv->nhandshaking, 1);
     if (src->counted) {
         kl_src_put(s->srv->src_caps, src->addr);
         src->counted = false;
     }
+    wake_waiting(s->srv);
 }
 
 void kl_limits_release(kl_shard *s, bool handshaking, kl_src *src)

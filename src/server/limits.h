@@ -42,14 +42,30 @@ bool kl_src_take(kl_src_table *t, const uint8_t addr[16]);
 void kl_src_put(kl_src_table *t, const uint8_t addr[16]);
 uint32_t kl_src_count(kl_src_table *t, const uint8_t addr[16]);
 
-/* On the shard thread, for a socket just accepted from sa: true when it
- * may become a connection (counted as live and handshaking, and against
- * its source in *src); false when a cap is reached - the caller closes
- * the socket at once (counted, and logged at most once a second per
- * shard). */
-bool kl_limits_admit(kl_shard *s, const struct sockaddr *sa, kl_src *src);
+/* What kl_limits_admit decided for a socket just accepted. */
+typedef enum kl_admit {
+    /* counted as live and handshaking (and against its source in *src):
+     * it becomes a connection */
+    KL_ADMIT_OK,
+    /* max_connections, or its source's max_handshaking_per_source, is
+     * reached: the caller closes the socket at once (counted, logged at
+     * most once a second per shard) */
+    KL_ADMIT_CLOSE,
+    /* max_handshaking is reached: nothing counted; the caller keeps the
+     * socket, stops accepting (the kernel's listen backlog holds the
+     * next ones) and calls kl_limits_wait_slot; it asks again when its
+     * loop is woken (issue 5, accept back-pressure) */
+    KL_ADMIT_WAIT,
+} kl_admit;
+
+/* On the shard thread, for a socket just accepted from sa. */
+kl_admit kl_limits_admit(kl_shard *s, const struct sockaddr *sa, kl_src *src);
+/* On the shard thread, after KL_ADMIT_WAIT made it stop accepting: its
+ * loop is woken (kl_loop_wake) as soon as a handshake slot frees on any
+ * shard - or at once if one freed meanwhile. */
+void kl_limits_wait_slot(kl_shard *s);
 /* A connection finished its handshake (no longer counted as
- * handshaking). */
+ * handshaking); wakes the shards waiting for a slot. */
 void kl_limits_handshake_done(kl_shard *s, kl_src *src);
 /* A connection admitted by kl_limits_admit closed; handshaking: it closed
  * before its handshake completed. */

@@ -13,6 +13,11 @@
 #include "server/internal.h"
 
 #define SEC 1000000000ull
+/* Past max_handshaking new connections wait in the listen backlog
+ * (issue 5, reconnect storms): ask for the most, the kernel caps it at
+ * net.core.somaxconn (glibc's SOMAXCONN, 4096, would cap it below a raised
+ * sysctl; docs/OPERATIONS.md "Connection limits and the listen backlog"). */
+#define KL_LISTEN_BACKLOG 65535
 
 static void apply_defaults(kl_server_opts *o)
 {
@@ -83,7 +88,7 @@ static int listen_on(const char *addr, uint16_t port, char *err, size_t errlen)
     if (ss.ss_family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     if (bind(fd, (struct sockaddr *)&ss, len) != 0 ||
-        listen(fd, SOMAXCONN) != 0) {
+        listen(fd, KL_LISTEN_BACKLOG) != 0) {
         snprintf(err, errlen, "cannot listen on %s%s%s:%u: %s%s",
                  ss.ss_family == AF_INET6 ? "[" : "", addr,
                  ss.ss_family == AF_INET6 ? "]" : "", port, strerror(errno),

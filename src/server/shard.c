@@ -167,10 +167,48 @@ static void close_listener(kl_shard *s)
 {
     if (s->listen_fd < 0)
         return;
+    if (s->held_fd >= 0)
+        close(s->held_fd); /* a client waiting for a handshake slot */
+    s->held_fd = -1;
+    s->listen_parked = false;
+    /* nobody may wake this loop for accepting any more: it may be freed
+     * (kl_shard_destroy) while other shards still close connections */
+    atomic_store(&s->accept_blocked, false);
     kl_watch_stop(s->loop, &s->listen_watch);
     kl_timer_stop(s->loop, &s->accept_retry);
     close(s->listen_fd);
     s->listen_fd = -1;
+}
+
+/* issue 5, accept back-pressure: max_handshaking is reached. The socket
+ * just accepted waits here and the rest in the kernel's listen backlog
+ * (limits.c says why) until a handshake slot frees; kl_limits_wait_slot
+ * has this shard woken then (resume_accepting, from on_wake). */
+static void park_listener(kl_shard *s, int fd,
+                          const struct sockaddr_storage *ss)
+{
+    s->held_fd = fd;
+    s->held_sa = *ss;
+    s->listen_parked = true;
+    if (kl_watch_set(s->loop, &s->listen_watch, 0) != KL_OK)
+        kl_error("shard %d: cannot pause accepting", s->index);
+    kl_limits_wait_slot(s);
+}
+
+static void resume_accepting(kl_shard *s)
+{
+    if (!s->listen_parked || s->listen_fd < 0)
+        return;
+    if (s->held_fd >= 0) {
+        if (!kl_conn_accept(s, s->held_fd, (struct sockaddr *)&s->held_sa)) {
+            kl_limits_wait_slot(s); /* another shard took the slot */
+            return;
+        }
+        s->held_fd = -1;
+    }
+    s->listen_parked = false;
+    if (kl_watch_set(s->loop, &s->listen_watch, KL_EV_READ) != KL_OK)
+        kl_error("shard %d: cannot watch the listening socket", s->index);
 }
 
 static void on_drain_timer(kl_loop *l, kl_timer *t)
@@ -222,6 +260,7 @@ static void on_wake(kl_loop *l, void *arg)
     if (freed)
         wake_blocked_shards(s);
     resume_paused(s);
+    resume_accepting(s);
     if (!s->draining && atomic_load(&s->srv->stopping))
         begin_drain(s);
 }
@@ -229,7 +268,7 @@ static void on_wake(kl_loop *l, void *arg)
 static void on_accept_retry(kl_loop *l, kl_timer *t)
 {
     kl_shard *s = t->data;
-    if (s->listen_fd >= 0 &&
+    if (s->listen_fd >= 0 && !s->listen_parked &&
         kl_watch_set(l, &s->listen_watch, KL_EV_READ) != KL_OK)
         kl_error("shard %d: cannot watch the listening socket", s->index);
 }
@@ -245,8 +284,10 @@ static void on_listen(kl_loop *l, kl_watch *w, unsigned events)
         int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &len,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
-            kl_conn_accept(s, fd, (struct sockaddr *)&ss);
-            continue;
+            if (kl_conn_accept(s, fd, (struct sockaddr *)&ss))
+                continue;
+            park_listener(s, fd, &ss);
+            return;
         }
         if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
             continue;
@@ -315,7 +356,9 @@ kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
     s->srv = srv;
     s->index = index;
     s->listen_fd = -1;
+    s->held_fd = -1;
     atomic_init(&s->global_blocked, false);
+    atomic_init(&s->accept_blocked, false);
     pthread_mutex_init(&s->done_mu, NULL);
     kl_timer_init(&s->accept_retry, on_accept_retry, s);
     kl_timer_init(&s->drain_timer, on_drain_timer, s);

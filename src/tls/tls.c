@@ -151,8 +151,8 @@ static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
                            size_t errlen)
 {
     ERR_clear_error();
-    SSL_CTX *ctx = SSL_CTX_new(is_server ? TLS_server_method()
-                                         : TLS_client_method());
+    SSL_CTX *ctx =
+        SSL_CTX_new(is_server ? TLS_server_method() : TLS_client_method());
     if (!ctx) {
         seterr(err, errlen, "cannot create a TLS context%s%s", "", NULL);
         return NULL;
@@ -207,6 +207,26 @@ static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
         SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
         static const unsigned char sid_ctx[] = "keylessd";
         SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof sid_ctx - 1);
+        /* Resumption from the server's own session cache (stateful: the
+         * TLS 1.3 ticket, or the TLS 1.2 session ID, only names the
+         * cached session), not from self-contained tickets: a stateless
+         * ticket carries the client's certificate, and decoding it was
+         * about half of a resumed handshake's ~480 us (d2i_SSL_SESSION);
+         * from the cache a resumed handshake costs ~220 us - what decides
+         * a reconnect storm of thousands of edges (issue 5, bench/RESULTS
+         * "reconnect storm"). One context serves every shard, so one
+         * cache does too; a reload's new context starts an empty one. */
+        SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+        /* One TLS 1.3 ticket per connection: a stateful ticket is used
+         * once, so a resumption takes one cache entry and adds one. With
+         * OpenSSL's default of two, each resumption added one more, and
+         * in a storm the new tickets pushed the waiting clients' entries
+         * out of a full cache (10,000 clients: 0% resumed instead of
+         * 100%; test_tls_resume, bench "reconnect storm"). */
+        SSL_CTX_set_num_tickets(ctx, 1);
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+        SSL_CTX_sess_set_cache_size(ctx, o->session_cache > 0 ? o->session_cache
+                                                              : 20480);
     } else if (o->ca_file) {
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
         SSL_CTX_set_purpose(ctx, X509_PURPOSE_SSL_SERVER);
@@ -292,6 +312,12 @@ void kl_tls_conn_free(kl_tls_conn *c)
 {
     if (!c)
         return;
+    /* Edges often close without close_notify, and OpenSSL drops the cached
+     * session of a connection freed without a shutdown: an established
+     * connection counts as shut down, so its session stays resumable (a
+     * fatal alert has already removed it). */
+    if (SSL_is_server(c->ssl) && SSL_is_init_finished(c->ssl))
+        SSL_set_shutdown(c->ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
     SSL_free(c->ssl);
     free(c);
 }
@@ -301,13 +327,9 @@ static kl_io translate(kl_tls_conn *c, int ret)
 {
     int e = SSL_get_error(c->ssl, ret);
     switch (e) {
-    case SSL_ERROR_WANT_READ:
-        return KL_IO_WANT_READ;
-    case SSL_ERROR_WANT_WRITE:
-        return KL_IO_WANT_WRITE;
-    case SSL_ERROR_ZERO_RETURN:
-        ERR_clear_error();
-        return KL_IO_EOF;
+    case SSL_ERROR_WANT_READ: return KL_IO_WANT_READ;
+    case SSL_ERROR_WANT_WRITE: return KL_IO_WANT_WRITE;
+    case SSL_ERROR_ZERO_RETURN: ERR_clear_error(); return KL_IO_EOF;
     case SSL_ERROR_SYSCALL:
         if (ERR_peek_error() == 0) {
             if (errno == 0 || errno == ECONNRESET || errno == EPIPE) {

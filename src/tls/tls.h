@@ -24,6 +24,8 @@ typedef struct kl_tls_opts {
     long long verify_time; /* peer certificates are verified as of this
                               time (seconds since 1970; 0: now). The
                               reference's current_time option, for tests */
+    long session_cache;    /* server: sessions kept for resumption (0:
+                              20480) */
 } kl_tls_opts;
 
 /* A server context per protocol P1: TLS 1.2 with exactly

@@ -2,7 +2,12 @@
  * a flood of TCP connects without TLS, 10,000 connections opened at once,
  * and the connection cap. Each is bounded or disconnected while a
  * well-behaved client on the side keeps its latency (measured before and
- * during; bounds are generous for a shared 2-core machine). */
+ * during; bounds are generous for a shared 2-core machine). Issue 5: past
+ * max_handshaking, new connections wait (the listener stops accepting) and
+ * are served as soon as slots free, on whichever shard they free. */
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "test_abuse_common.h"
 
 static td_daemon d;
@@ -108,9 +113,10 @@ static int setup_flood(void **state)
 }
 
 /* Clients that connect over TCP and never speak TLS, as fast as they can
- * for 3 s, holding up to 2000 connections: those over max_handshaking are
- * closed at once, the server keeps serving, and afterwards a new client
- * connects at once. */
+ * for 3 s, holding up to 2000 connections: at most max_handshaking are in
+ * their handshake (closed at its timeout), the rest wait in the listen
+ * backlog or are gone before their turn, the server keeps serving, and
+ * afterwards a new client connects at once. */
 static void test_tcp_flood(void **state)
 {
     enum { HOLD = 2000 };
@@ -147,7 +153,6 @@ static void test_tcp_flood(void **state)
                   "server\n",
                   made, refused);
     assert_true(made >= 2000);
-    assert_true(refused > 0);
     ha_expect_latency(before, during, 50, 5);
     /* the held connections are gone: a new client is served at once */
     ha_sleep_ms(300);
@@ -172,10 +177,12 @@ static int setup_10k(void **state)
     return 0;
 }
 
-/* 10,000 connections opened at once (defaults: max_connections 10000,
- * max_handshaking 1000): all but about 1000 are closed right after accept,
- * the side client keeps being served, the rest go at the handshake
- * timeout. */
+/* 10,000 connections that never speak TLS, opened at once (defaults:
+ * max_connections 10000, max_handshaking 1000; handshake timeout 3 s): the
+ * side client keeps being served; 1000 at a time are in their handshake
+ * and closed at its timeout, the others wait in the listen backlog (issue
+ * 5: none is closed at accept) - so about 1000 are closed at 3 s, 1000 more
+ * at 6 s. */
 static void test_10k_connections(void **state)
 {
     enum { N = 10000 };
@@ -211,24 +218,111 @@ static void test_10k_connections(void **state)
             break;
         ha_sleep_ms(100);
     }
-    int fast = 0;
+    int fast = 0, by5 = 0;
     for (int i = 0; i < N; i++) {
         if (closed_at[i] && closed_at[i] < 2500)
             fast++;
+        if (closed_at[i] && closed_at[i] < 5000)
+            by5++;
         if (fd[i] >= 0)
             close(fd[i]);
     }
     double during = ha_side_stop(&s, "during 10k connections");
-    print_message("10k: %d connects issued in %.0f ms; %d closed by the "
-                  "server within 8 s, %d of them within 2.5 s\n",
-                  made, open_ms, closed, fast);
+    print_message("10k: %d connects issued in %.0f ms; closed by the "
+                  "server: %d within 2.5 s, %d within 5 s, %d within 8 s\n",
+                  made, open_ms, fast, by5, closed);
     free(fd);
     free(closed_at);
     assert_int_equal(made, N);
-    /* at most max_handshaking (1000) wait for the handshake timeout */
-    assert_true(fast >= N - 1000 - 500);
-    assert_true(closed >= N - 200);
+    /* nobody is closed at accept: the first closes are handshake
+     * timeouts, max_handshaking (1000) of them per timeout period */
+    assert_true(fast <= 20);
+    assert_true(by5 >= 1000 - 20 && by5 <= 1000 + 20);
+    /* the next 1000 after the first timeouts (fewer when the listen
+     * backlog was small and dropped SYNs come back late), never more */
+    assert_true(closed >= 1500 && closed <= 2000 + 40);
     ha_expect_latency(before, during, 50, 5);
+}
+
+static int setup_wait(void **state)
+{
+    static const char *extra[] = {"--handshake-timeout=5s",
+                                  "--max-handshaking=4", NULL};
+    start("abuse-wait", extra);
+    return 0;
+}
+
+enum { WAITERS = 8 };
+
+typedef struct waiter {
+    const ha_opts *h;
+    double done_ms; /* td_now_ms() when its signature came back */
+    bool ok;
+} waiter;
+
+static atomic_int waiters_done;
+
+static void *waiter_main(void *arg)
+{
+    waiter *w = arg;
+    kl_client *c = ha_connect(w->h);
+    if (c) {
+        w->ok = ha_sign_ms(c, ec_ski) >= 0;
+        kl_client_close(c);
+    }
+    w->done_ms = td_now_ms();
+    atomic_fetch_add(&waiters_done, 1);
+    return NULL;
+}
+
+/* Issue 5, accept back-pressure: 4 silent connections hold every
+ * handshake slot (max_handshaking 4). 8 clients connecting now are not
+ * closed: they wait - for as long as the slots are held - and each is
+ * served once the silent ones go, long before the handshake timeout (5 s).
+ * Two shards, 8 clients: both listeners stop, and slots freed on one
+ * shard must wake the other. */
+static void test_wait_for_slot(void **state)
+{
+    enum { HOLD = 4 };
+    int fd[HOLD];
+    for (int i = 0; i < HOLD; i++) {
+        fd[i] = ha_tcp(d.port, false);
+        assert_true(fd[i] >= 0);
+    }
+    ha_sleep_ms(200); /* accepted: every slot taken */
+    atomic_store(&waiters_done, 0);
+    static ha_opts h; /* made here: paths copied for the threads */
+    ha_opts_make(&h, &d);
+    h.o.connect_timeout_ms = 8000;
+    waiter w[WAITERS] = {0};
+    pthread_t th[WAITERS];
+    for (int i = 0; i < WAITERS; i++) {
+        w[i].h = &h;
+        assert_int_equal(pthread_create(&th[i], NULL, waiter_main, &w[i]), 0);
+    }
+    ha_sleep_ms(1000);
+    /* all still waiting, none refused */
+    assert_int_equal(atomic_load(&waiters_done), 0);
+    for (int i = 0; i < HOLD; i++)
+        assert_false(ha_peer_closed(fd[i]));
+    double released = td_now_ms();
+    for (int i = 0; i < HOLD; i++)
+        close(fd[i]);
+    double last = 0;
+    for (int i = 0; i < WAITERS; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(w[i].ok);
+        double ms = w[i].done_ms - released;
+        last = ms > last ? ms : last;
+    }
+    print_message("8 clients past max_handshaking (4) waited 1 s, then all "
+                  "were served within %.0f ms of the slots freeing\n",
+                  last);
+    assert_true(last < 2000);
+    char *log = td_read_log(&d);
+    assert_non_null(strstr(log, "max_handshaking reached (4): new "
+                                "connections wait in the listen backlog"));
+    free(log);
 }
 
 static int setup_cap(void **state)
@@ -286,6 +380,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_slow_loris, setup_loris, stop),
         cmocka_unit_test_setup_teardown(test_tcp_flood, setup_flood, stop),
         cmocka_unit_test_setup_teardown(test_10k_connections, setup_10k, stop),
+        cmocka_unit_test_setup_teardown(test_wait_for_slot, setup_wait, stop),
         cmocka_unit_test_setup_teardown(test_max_connections, setup_cap, stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
