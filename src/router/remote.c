@@ -343,6 +343,13 @@ uint64_t kl_upconn_progress(kl_upconn *c, uint64_t since_ns)
     return since_ns >= prev && now > since_ns ? now - since_ns : 0;
 }
 
+uint64_t kl_upconn_answered(kl_upconn *c, const kl_rreq *q)
+{
+    uint64_t wait_ns = kl_upconn_progress(c, q->sent_ns);
+    kl_rt_stall_answered(c, q); /* what it overtook is lost (stall.c) */
+    return wait_ns;
+}
+
 void kl_upconn_detach(kl_upconn *c, kl_rreq *q)
 {
     unlink_attempt(c, q);
@@ -455,5 +462,6 @@ void kl_remote_stats_fill(const kl_remote *rm, kl_remote_stats *out)
     out->sent = rm->sent;
     out->ok = rm->ok;
     out->failed = rm->failed;
+    out->lost = rm->lost;
     out->inflight = rm->inflight;
 }

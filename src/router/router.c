@@ -193,7 +193,7 @@ static void on_answer(void *arg, const kl_result *res)
     pthread_mutex_lock(&r->mu);
     if (q->conn) {
         if (res->status == KL_OK)
-            wait_ns = kl_upconn_progress(q->conn, q->sent_ns);
+            wait_ns = kl_upconn_answered(q->conn, q);
         kl_upconn_detach(q->conn, q);
     }
     bool cancelled = q->cancelled;

@@ -145,6 +145,8 @@ typedef struct kl_remote_stats {
     uint64_t sent;        /* attempts sent to it */
     uint64_t ok;          /* answered (any P6 answer) */
     uint64_t failed;      /* timeouts and connection failures */
+    uint64_t lost;        /* of those: overtaken by later requests for the same
+                             key while the remote kept answering (stall.c) */
     uint64_t inflight;
 } kl_remote_stats;
 

@@ -39,6 +39,16 @@ typedef struct kl_remote kl_remote;
 typedef struct kl_upconn kl_upconn;
 typedef struct kl_rreq kl_rreq;
 
+/* The latest send time of an answered request, per key and operation, on
+ * one connection (stall.c: an attempt overtaken by later requests for the
+ * same work is lost). Direct-mapped by SKI; sent_ns 0: empty. */
+#define KL_RT_ANSWERED_SLOTS 256
+typedef struct kl_rt_answered {
+    uint64_t sent_ns;
+    uint8_t ski[KL_SKI_LEN];
+    uint8_t opcode;
+} kl_rt_answered;
+
 /* One upstream connection: a kl_target with a single server. */
 struct kl_upconn {
     kl_remote *rm;
@@ -59,6 +69,12 @@ struct kl_upconn {
     uint64_t progress_ns; /* when it last answered anything (or pong) */
     kl_timer stall_timer; /* the attempt timeout (stall.c) */
     uint64_t idle_since;  /* kl_now_ns() when inflight last reached 0 */
+    /* lost attempts (stall.c): what was answered, the latest send time
+     * among it, and the next check for overtaken attempts */
+    kl_rt_answered answered[KL_RT_ANSWERED_SLOTS];
+    uint64_t answered_max_ns;
+    bool check_pending;
+    uint64_t check_at, checked_ns;
 };
 
 struct kl_remote {
@@ -79,6 +95,7 @@ struct kl_remote {
     kl_upconn *conns[KL_RT_MAX_CONNS];
     unsigned nconns;
     uint64_t sent, ok, failed, inflight;
+    uint64_t lost;        /* attempts overtaken and given up (stall.c) */
     uint64_t idle_closed; /* extra connections closed for idleness */
 };
 
@@ -207,11 +224,17 @@ void kl_upconn_detach(kl_upconn *c, kl_rreq *q);
  * a request sent at since_ns; returns now - since_ns when nothing was
  * answered on it since then (a sample for the timeout window), else 0. */
 uint64_t kl_upconn_progress(kl_upconn *c, uint64_t since_ns);
+/* The same for q's answer (any P6 answer), which also notes that the
+ * connection has answered q's work up to q's send time (stall.c). */
+uint64_t kl_upconn_answered(kl_upconn *c, const kl_rreq *q);
 
 /* stall.c: the attempt timeout. Arms c's timer for its oldest watched
  * attempt (attach calls it); its callback fails stalled attempts over. */
 void kl_rt_stall_init(kl_upconn *c);
 void kl_rt_stall_arm(kl_upconn *c);
+/* q's connection answered it: notes it and, when an older attempt may
+ * have been overtaken, schedules a check. */
+void kl_rt_stall_answered(kl_upconn *c, const kl_rreq *q);
 /* Moves q (watched on c) to c's waiting list (mu held). */
 void kl_upconn_wait(kl_upconn *c, kl_rreq *q);
 void kl_remote_stats_fill(const kl_remote *rm, kl_remote_stats *out);

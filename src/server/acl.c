@@ -467,26 +467,25 @@ void kl_acl_grant_release(kl_acl_grant *g)
     g->rules = 0;
 }
 
-static bool key_matches(const acl_key *k, const kl_key *key)
+/* A rule's key entry against a key known by its SKI and, when it is held
+ * here, the file it was loaded from (NULL: held elsewhere, protocol P7's
+ * SKI is all there is - `dir:` and `file:` entries cannot name it). */
+static bool key_matches(const acl_key *k, const uint8_t ski[KL_SKI_LEN],
+                        const char *path)
 {
     switch (k->kind) {
     case K_ANY: return true;
-    case K_SKI: return memcmp(kl_key_ski(key), k->ski, KL_SKI_LEN) == 0;
-    case K_FILE: {
-        const char *path = kl_key_path(key);
-        return path && strcmp(path, k->path) == 0;
-    }
-    case K_DIR: {
-        const char *path = kl_key_path(key);
+    case K_SKI: return memcmp(ski, k->ski, KL_SKI_LEN) == 0;
+    case K_FILE: return path && strcmp(path, k->path) == 0;
+    case K_DIR:
         return path && strncmp(path, k->path, k->plen) == 0 &&
                (path[k->plen] == '/' || k->path[k->plen - 1] == '/');
-    }
     }
     return false;
 }
 
-bool kl_acl_allows(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,
-                   const kl_key *key)
+static bool allows(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,
+                   const uint8_t ski[KL_SKI_LEN], const char *path)
 {
     if (!a)
         return true;
@@ -501,8 +500,22 @@ bool kl_acl_allows(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,
             continue;
         const acl_rule *r = &set->rules[i];
         for (size_t j = 0; j < r->nkeys; j++)
-            if (key_matches(&r->keys[j], key))
+            if (key_matches(&r->keys[j], ski, path))
                 return true;
     }
     return false;
+}
+
+bool kl_acl_allows(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,
+                   const kl_key *key)
+{
+    if (!a)
+        return true;
+    return allows(a, g, tls, kl_key_ski(key), kl_key_path(key));
+}
+
+bool kl_acl_allows_ski(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,
+                       const uint8_t ski[KL_SKI_LEN])
+{
+    return allows(a, g, tls, ski, NULL);
 }

@@ -70,6 +70,11 @@ void kl_acl_grant_conn(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls);
  * replaced since g was matched, the peer (tls) is matched again first. */
 bool kl_acl_allows(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,
                    const kl_key *key);
+/* The same for a key this server does not hold (issue 9: forwarded to a
+ * remote key server), known here by its SKI only: `ski:` and "*" rules can
+ * name it, `dir:` and `file:` rules (local files) cannot. */
+bool kl_acl_allows_ski(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,
+                       const uint8_t ski[KL_SKI_LEN]);
 /* The connection closed: lets go of its rule set. */
 void kl_acl_grant_release(kl_acl_grant *g);
 

@@ -304,9 +304,12 @@ static inline void kl_tr_request_end(kl_conn *c, int err)
 
 /* routed.c: requests for keys held elsewhere (issue 9, docs/ROUTING.md) */
 /* Forwards req through the server's router; answered later through the
- * shard's completion queue. Counted in flight like a crypto job. */
-void kl_routed_submit(kl_conn *c, const kl_request *req,
-                      const kl_req_context *ctx, uint64_t t0_ns);
+ * shard's completion queue (KL_ROUTED_LATER). Counted in flight like a
+ * crypto job. A request refused here (access lists, out of memory) is
+ * answered at once and its P6 code returned, for the request metrics. */
+#define KL_ROUTED_LATER (-1)
+int kl_routed_submit(kl_conn *c, const kl_request *req,
+                     const kl_req_context *ctx, uint64_t t0_ns);
 /* On the shard: a forwarded request came back through the queue. */
 void kl_routed_complete(kl_shard *s, kl_job *j);
 /* After the shard stopped (kl_shard_destroy): frees it unanswered. */

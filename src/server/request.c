@@ -320,9 +320,8 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
         /* issue 9: a key held elsewhere is forwarded (routed.c) */
         if (!key && s->srv->o.router &&
             kl_router_has_key(s->srv->o.router, req.ski)) {
-            uint32_t before = c->inflight;
-            kl_routed_submit(c, &req, pctx, t0_ns);
-            return c->inflight > before ? DEFERRED : KL_ERR_INTERNAL;
+            int err = kl_routed_submit(c, &req, pctx, t0_ns);
+            return err == KL_ROUTED_LATER ? DEFERRED : err;
         }
         /* issue 10: a key the access lists refuse this client is answered
          * as if it did not exist (acl.h); the log line says why. */

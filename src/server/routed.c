@@ -24,7 +24,6 @@
 
 #include "core/log.h"
 #include "core/time.h"
-#include "keys/store.h" /* acl_allows_remote: a key known by its SKI only */
 #include "server/internal.h"
 
 struct kl_srv_rjob {
@@ -90,30 +89,15 @@ static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
 /* Issue 10 for keys held elsewhere: the access lists judge a forwarded
  * key as they judge a local one, so a client gets the same refusal for a
  * key it may not use wherever the key lives (and nothing of the request
- * leaves this server). Here the key exists only as its SKI: `ski:` and
- * `"*"` rules can name it; `dir:` and `file:` rules name local files and
- * cannot. acl.h judges a kl_key; until it offers a form taking an SKI, the
- * check gets a key that is nothing but its SKI (empty path, no key
- * material), which is exactly what those rules look at. */
-static bool acl_allows_remote(kl_conn *c, const uint8_t ski[KL_SKI_LEN])
-{
-    kl_acl *acl = c->shard->srv->o.acl;
-    if (!acl)
-        return true;
-    _Alignas(kl_key) unsigned char buf[sizeof(kl_key) + 1];
-    memset(buf, 0, sizeof buf);
-    kl_key *only_ski = (kl_key *)buf;
-    memcpy(only_ski->ski, ski, KL_SKI_LEN);
-    return kl_acl_allows(acl, &c->acl, c->tls, only_ski);
-}
-
-void kl_routed_submit(kl_conn *c, const kl_request *req,
-                      const kl_req_context *ctx, uint64_t t0_ns)
+ * leaves this server). Here the key exists only as its SKI, which is what
+ * kl_acl_allows_ski judges (`ski:` and "*" rules can name it). */
+int kl_routed_submit(kl_conn *c, const kl_request *req,
+                     const kl_req_context *ctx, uint64_t t0_ns)
 {
     kl_shard *s = c->shard;
     kl_server *srv = s->srv;
     const char *rid = ctx && ctx->request_id[0] ? ctx->request_id : NULL;
-    if (!acl_allows_remote(c, req->ski)) {
+    if (!kl_acl_allows_ski(srv->o.acl, &c->acl, c->tls, req->ski)) {
         /* the same answer and log line as for a refused local key
          * (request.c): `key not found`, the key's existence not revealed */
         char hex[2 * KL_SKI_LEN + 1 + 40];
@@ -121,13 +105,13 @@ void kl_routed_submit(kl_conn *c, const kl_request *req,
         strcat(hex, ": refused by the access lists");
         KL_COUNT(s->st.acl_refused);
         kl_conn_answer_error(c, req->hdr.id, KL_ERR_KEY_NOT_FOUND, rid, hex);
-        return;
+        return KL_ERR_KEY_NOT_FOUND;
     }
     kl_srv_rjob *rj = calloc(1, sizeof *rj);
     if (!rj) {
         kl_conn_answer_error(c, req->hdr.id, KL_ERR_INTERNAL, rid,
                              "out of memory forwarding");
-        return;
+        return KL_ERR_INTERNAL;
     }
     rj->job.owner = s;
     rj->job.opcode = req->opcode;
@@ -168,6 +152,25 @@ void kl_routed_submit(kl_conn *c, const kl_request *req,
         free(rj);
         kl_conn_answer_error(c, req->hdr.id, KL_ERR_INTERNAL, rid,
                              "out of memory forwarding");
+        return KL_ERR_INTERNAL;
+    }
+    return KL_ROUTED_LATER;
+}
+
+/* The log line's detail for a forwarded request answered with an error
+ * (the router's outcomes, router.h; the error itself is logged and
+ * counted by its P6 name). */
+static const char *routed_why(uint8_t err)
+{
+    switch (err) {
+    case KL_ERR_REMOTE_CONFIG:
+        return "forwarding: no route could serve it (region policy, hop "
+               "limit, or every remote tried failed)";
+    case KL_ERR_KEY_NOT_FOUND:
+        return "forwarding: no remote key server knows the key";
+    case KL_ERR_INTERNAL:
+        return "forwarding: deadline passed, shed or cancelled";
+    default: return "forwarded: the remote key server's answer";
     }
 }
 
@@ -188,8 +191,7 @@ void kl_routed_complete(kl_shard *s, kl_job *j)
     if (c->state != KL_CONN_CLOSED) {
         const char *rid = rj->request_id[0] ? rj->request_id : NULL;
         if (j->err != KL_ERR_NONE) {
-            kl_conn_answer_error(c, rj->id, j->err, rid,
-                                 "forwarded to a remote key server");
+            kl_conn_answer_error(c, rj->id, j->err, rid, routed_why(j->err));
         } else if (kl_outbuf_response(&c->out, rj->id, KL_OP_RESPONSE, j->out,
                                       j->out_len) != KL_OK) {
             kl_conn_answer_error(c, rj->id, KL_ERR_INTERNAL, rid,

@@ -188,11 +188,12 @@ static inline void rh_print_remotes(kl_router *r)
     for (size_t i = 0; i < n && i < 16; i++)
         fprintf(stderr,
                 "  remote %-6s %s%s ewma %.1f ms p99 %.1f ms timeout %d ms "
-                "conns %u sent %llu ok %llu failed %llu\n",
+                "conns %u sent %llu ok %llu failed %llu lost %llu\n",
                 st[i].name, st[i].up ? "up" : "DOWN",
                 st[i].in_table ? "" : " (removed)", st[i].ewma_ms, st[i].p99_ms,
                 st[i].timeout_ms, st[i].conns, (unsigned long long)st[i].sent,
-                (unsigned long long)st[i].ok, (unsigned long long)st[i].failed);
+                (unsigned long long)st[i].ok, (unsigned long long)st[i].failed,
+                (unsigned long long)st[i].lost);
 }
 
 /* Waits until every remote has a latency measured (probes). */

@@ -8,6 +8,9 @@
 
 #include <cmocka.h>
 
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+
 #include "server/acl.h"
 
 static kl_acl *parse(const char *text, char *err, size_t cap)
@@ -77,6 +80,91 @@ static void test_replace(void **state)
     kl_acl_grant_release(&h); /* the last reference frees the set */
 }
 
+/* A self-signed certificate (DER, malloc'd) whose subject CN is cn. */
+static unsigned char *cert_der(const char *cn, size_t *len)
+{
+    EVP_PKEY *k = EVP_EC_gen("P-256");
+    X509 *x = X509_new();
+    assert_non_null(k);
+    assert_non_null(x);
+    X509_NAME *name = X509_NAME_new();
+    assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                                                (const unsigned char *)cn, -1,
+                                                -1, 0),
+                     1);
+    assert_int_equal(X509_set_version(x, 2), 1);
+    assert_int_equal(ASN1_INTEGER_set(X509_get_serialNumber(x), 7), 1);
+    assert_int_equal(X509_set_subject_name(x, name), 1);
+    assert_int_equal(X509_set_issuer_name(x, name), 1);
+    assert_non_null(X509_gmtime_adj(X509_getm_notBefore(x), 0));
+    assert_non_null(X509_gmtime_adj(X509_getm_notAfter(x), 3600));
+    assert_int_equal(X509_set_pubkey(x, k), 1);
+    assert_true(X509_sign(x, k, EVP_sha256()) > 0);
+    unsigned char *der = NULL;
+    int n = i2d_X509(x, &der);
+    assert_true(n > 0);
+    *len = (size_t)n;
+    X509_NAME_free(name);
+    X509_free(x);
+    EVP_PKEY_free(k);
+    return der;
+}
+
+/* A key held elsewhere (issue 9) is known by its SKI only: `ski:` and "*"
+ * rules of the client's can grant it; `dir:` and `file:` rules (local
+ * files) and other clients' rules cannot. */
+static void test_allows_ski(void **state)
+{
+    (void)state;
+    uint8_t named[KL_SKI_LEN], other[KL_SKI_LEN];
+    memset(named, 0xab, sizeof named);
+    memset(other, 0x42, sizeof other);
+    char err[256];
+    kl_acl *a = parse(
+        "- clients: [cn:edge-1]\n"
+        "  keys: [ski:ABABABABABABABABABABABABABABABABABABABAB, dir:/k/a,\n"
+        "         file:/k/b.key]\n"
+        "- clients: [cn:edge-2]\n"
+        "  keys: [\"*\"]\n",
+        err, sizeof err);
+    if (!a)
+        fail_msg("%s", err);
+    size_t len;
+    unsigned char *der = cert_der("edge-1", &len);
+    kl_acl_grant g = {0};
+    kl_acl_grant_conn(a, &g, NULL);
+    g.rules = kl_acl_match_cert(a, der, len);
+    assert_int_equal(g.rules, 1); /* rule 0 names edge-1 */
+    assert_true(kl_acl_allows_ski(a, &g, NULL, named));
+    assert_false(kl_acl_allows_ski(a, &g, NULL, other));
+    OPENSSL_free(der);
+    /* edge-2's "*" rule grants any SKI */
+    der = cert_der("edge-2", &len);
+    g.rules = kl_acl_match_cert(a, der, len);
+    assert_int_equal(g.rules, 2);
+    assert_true(kl_acl_allows_ski(a, &g, NULL, named));
+    assert_true(kl_acl_allows_ski(a, &g, NULL, other));
+    OPENSSL_free(der);
+    /* a reload: the grant is matched again against the new lists - here
+     * without a peer certificate, which no rule names */
+    kl_acl *b = parse("- {clients: [\"*\"], keys: [ski:ABABABABABABABABABAB"
+                      "ABABABABABABABABABAB]}\n",
+                      err, sizeof err);
+    assert_non_null(b);
+    kl_acl_replace(a, b);
+    assert_false(kl_acl_allows_ski(a, &g, NULL, named));
+    assert_int_equal(g.rules, 0);
+    der = cert_der("edge-3", &len); /* anyone with a certificate */
+    g.rules = kl_acl_match_cert(a, der, len);
+    OPENSSL_free(der);
+    assert_true(kl_acl_allows_ski(a, &g, NULL, named));
+    assert_false(kl_acl_allows_ski(a, &g, NULL, other));
+    kl_acl_grant_release(&g);
+    kl_acl_free(a);
+    /* no access lists: everything allowed */
+    assert_true(kl_acl_allows_ski(NULL, &g, NULL, other));
+}
+
 static void expect_error(const char *text, const char *where, const char *what)
 {
     char err[256];
@@ -128,6 +216,7 @@ int main(void)
         cmocka_unit_test(test_accepts),
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_replace),
+        cmocka_unit_test(test_allows_ski),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
