@@ -63,8 +63,8 @@ typedef struct kl_config {
     uint64_t watch_delay_ns;
     bool auto_renew;
     uint64_t activation_timeout_ns; /* whole Origin CA API call */
-    int shards;  /* 0: number of CPUs */
-    int workers; /* 0: number of CPUs */
+    int shards;                     /* 0: number of CPUs */
+    int workers;                    /* 0: number of CPUs */
     int max_inflight_per_conn;
     int max_inflight;
     uint64_t idle_timeout_ns;
@@ -108,6 +108,7 @@ typedef struct kl_config {
     uint64_t router_dns_ttl_floor_ns, router_dns_ttl_ceiling_ns;
     char *router_dns_server; /* unset: resolv.conf's */
     uint64_t router_conn_idle_timeout_ns;
+    uint64_t router_answer_hold_ns; /* 0: no batching */
     /* modes (flags only) */
     bool help, help_markdown, help_man, version, check, keystore_debug,
         output_config, config_only, manual_activation, renew;

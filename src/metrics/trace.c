@@ -310,6 +310,7 @@ static void flush(kl_tracer *t, uint64_t until_ns)
 static void *exporter_main(void *arg)
 {
     kl_tracer *t = arg;
+    pthread_setname_np(pthread_self(), "kl-trace-export");
     uint64_t last = kl_now_ns();
     pthread_mutex_lock(&t->mu);
     while (!t->stopping) {

@@ -137,6 +137,7 @@ static bool file_changed(kl_router *r)
 static void *control_main(void *arg)
 {
     kl_router *r = arg;
+    pthread_setname_np(pthread_self(), "kl-route-table");
     pthread_mutex_lock(&r->build_mu);
     while (!r->control_stop) {
         uint64_t now = kl_now_ms();

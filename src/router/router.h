@@ -74,6 +74,14 @@ typedef struct kl_router_opts {
     /* an upstream connection beyond a remote's first, idle this long, is
      * closed (the first stays, opened in advance); 0: 60000 */
     int conn_idle_ms;
+    /* Answers of far remotes reach their callers in batches: a done
+     * callback may leave its wake-up to flush, which the router calls on
+     * its thread at most answer_hold_max_us (0: 1000; < 0: at once) after
+     * an answer, and never later than 1% of that answer's own round trip
+     * - a 175 ms remote's answers travel together, a 0.3 ms remote's go
+     * at once (issue 9: the in-order outage; docs/ROUTING.md). Without a
+     * flush (kl_router_set_flush) nothing is held. */
+    int answer_hold_max_us;
     /* issue 11: spans for route choice and attempts (metrics/trace.h);
      * NULL: none. Must outlive the router. */
     struct kl_tracer *tracer;
@@ -113,6 +121,11 @@ void kl_router_free(kl_router *r);
 
 /* Forwards a request. done runs later on the router thread (never inside
  * this call). KL_E_NOMEM is the only failure (done is then not called). */
+/* Sets the batch flush (see answer_hold_max_us) before requests are
+ * routed; fn NULL turns it off. fn runs on the router thread, or on the
+ * caller's thread inside kl_router_free. */
+void kl_router_set_flush(kl_router *r, void (*fn)(void *arg), void *arg);
+
 KL_WUR kl_status kl_router_route(kl_router *r, const kl_route_req *req,
                                  kl_route_done_fn done, void *arg,
                                  kl_route_handle *h);

@@ -116,6 +116,7 @@ struct kl_rreq {
     bool shed; /* over max_inflight: answered `internal error` at once */
     kl_remote *rm;
     uint64_t deadline_ns;
+    uint64_t t0_ns; /* kl_router_route: the answer's hold is 1% of now - t0 */
     uint32_t hops;
     unsigned attempts, not_found;
     kl_remote *tried[KL_RT_MAX_ATTEMPTS];
@@ -151,6 +152,13 @@ struct kl_router {
     pthread_t thread;
     bool thread_started;
     kl_timer probe_timer;
+    /* the batch flush (kl_router_set_flush): fn and arg guarded by mu;
+     * the due time is the router thread's */
+    void (*flush_fn)(void *arg);
+    void *flush_arg;
+    bool flush_pending;
+    uint64_t flush_due_ns;
+    kl_timer flush_timer;
     pthread_mutex_t mu;
     /* the inbox: the only lock a shard takes to hand a request over, never
      * held across anything but pointer writes (lock order: mu, then

@@ -56,6 +56,10 @@ static kl_router_opts router_opts(const kl_config *cfg)
         .dns_ttl_ceiling_ms = ms(cfg->router_dns_ttl_ceiling_ns),
         .dns_server = or_default(cfg->router_dns_server, NULL),
         .conn_idle_ms = ms(cfg->router_conn_idle_timeout_ns),
+        /* the router's 0 means its default; ours means "no hold" */
+        .answer_hold_max_us = cfg->router_answer_hold_ns
+                                  ? (int)(cfg->router_answer_hold_ns / 1000)
+                                  : -1,
     };
 }
 

@@ -154,6 +154,12 @@ struct kl_shard {
     kl_timer drain_timer;
     pthread_mutex_t done_mu; /* completion queue: workers push, shard takes */
     kl_job *done_head;
+    /* forwarded answers (routed.c), also under done_mu: the router's batch
+     * flush wakes the shard (kl_shard_routed_flush), so that answers held
+     * together do not wake it one by one - and a crypto completion never
+     * waits for that flush (done_head wakes on its own) */
+    kl_job *rdone_head;
+    atomic_bool rdone_wake;
     kl_shard_stats st;
     /* what a reload swaps (res.c) */
     uint64_t gen;           /* the server generation taken last */
@@ -352,6 +358,9 @@ void *kl_shard_main(void *arg);
 /* The pool's done callback, on a worker thread: queue the job to its shard
  * and wake the shard. */
 void kl_shard_job_done(kl_job *job);
+/* The router's batch flush (router.h kl_router_set_flush; arg: the
+ * kl_server): wakes the shards that got forwarded answers. */
+void kl_shard_routed_flush(void *srv);
 /* On the shard: a crypto job came back (or ran inline): answer it, drop
  * its pin, free it. */
 void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj);

@@ -78,12 +78,13 @@ static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
     kl_shard *s = rj->job.owner;
     pthread_mutex_lock(&s->done_mu);
     rj->finished = true;
-    bool was_empty = s->done_head == NULL;
-    rj->job.next = s->done_head;
-    s->done_head = &rj->job;
+    bool was_empty = s->rdone_head == NULL;
+    rj->job.next = s->rdone_head;
+    s->rdone_head = &rj->job;
     pthread_mutex_unlock(&s->done_mu);
+    /* the wake-up is the router's batch flush (kl_shard_routed_flush) */
     if (was_empty)
-        kl_loop_wake(s->loop);
+        atomic_store(&s->rdone_wake, true);
 }
 
 /* Issue 10 for keys held elsewhere: the access lists judge a forwarded

@@ -170,6 +170,10 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
         if (srv->port == 0)
             srv->port = bound_port(s->listen_fd);
     }
+    /* issue 9: forwarded answers wake the shards in the router's batches
+     * (the router is freed before the server: server.h) */
+    if (srv->o.router)
+        kl_router_set_flush(srv->o.router, kl_shard_routed_flush, srv);
     /* From here on the server owns the store and the context. */
     srv->keys_res->free_fn = kl_res_free_keystore;
     srv->tls_res->free_fn = kl_res_free_tls;

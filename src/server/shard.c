@@ -122,12 +122,27 @@ bool kl_shard_may_inline(const kl_shard *s)
     return s->inline_ns && kl_now_ns() - kl_loop_now(s->loop) < s->inline_ns;
 }
 
+void kl_shard_routed_flush(void *arg)
+{
+    kl_server *srv = arg;
+    for (int i = 0; i < srv->nshards; i++)
+        if (atomic_exchange(&srv->shards[i].rdone_wake, false))
+            kl_loop_wake(srv->shards[i].loop);
+}
+
 static kl_job *take_done(kl_shard *s)
 {
     pthread_mutex_lock(&s->done_mu);
-    kl_job *list = s->done_head;
-    s->done_head = NULL;
+    kl_job *list = s->done_head, *routed = s->rdone_head;
+    s->done_head = s->rdone_head = NULL;
     pthread_mutex_unlock(&s->done_mu);
+    if (routed) { /* both lists newest first: forwarded answers go last */
+        kl_job *tail = routed;
+        while (tail->next)
+            tail = tail->next;
+        tail->next = list;
+        list = routed;
+    }
     /* pushed newest first; answer in completion order */
     kl_job *rev = NULL;
     while (list) {
@@ -358,6 +373,7 @@ kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
     s->listen_fd = -1;
     s->held_fd = -1;
     atomic_init(&s->global_blocked, false);
+    atomic_init(&s->rdone_wake, false);
     atomic_init(&s->accept_blocked, false);
     pthread_mutex_init(&s->done_mu, NULL);
     kl_timer_init(&s->accept_retry, on_accept_retry, s);
@@ -385,6 +401,9 @@ kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
 void *kl_shard_main(void *arg)
 {
     kl_shard *s = arg;
+    char name[16]; /* top -H and perf show which thread is which */
+    snprintf(name, sizeof name, "kl-shard-%d", s->index);
+    pthread_setname_np(pthread_self(), name);
     if (kl_watch_start(s->loop, &s->listen_watch, s->listen_fd, KL_EV_READ,
                        on_listen, s) != KL_OK) {
         kl_error("shard %d: cannot watch the listening socket", s->index);
