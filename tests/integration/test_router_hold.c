@@ -63,20 +63,10 @@ typedef struct result {
 static result run(unsigned oneway_ms, double gap_ms, int hold_max_us)
 {
     char *dir = tp_tempdir("router-hold"), *keydir = tp_tempdir("router-holdk");
-    tp_copy_key(keydir, tp_path("keys/ecdsa-p256.key"));
-    EVP_PKEY *pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
     uint8_t ski[20];
-    tp_ski(pub, ski);
-    EVP_PKEY_free(pub);
     rh_dc dc;
-    rh_dc_start(&dc, "hold", keydir, oneway_ms);
-    char table[1024], text[512];
-    snprintf(table, sizeof table, "%s/routes.yaml", dir);
-    snprintf(text, sizeof text,
-             "servers:\n  - {name: hold, address: \"127.0.0.1:%u\", region: "
-             "eu, serves: [%s]}\n",
-             dc.p.port, tp_ski_hex(ski));
-    fp_write_file(table, text);
+    char table[1024];
+    rh_one_route(&dc, "hold", dir, keydir, oneway_ms, ski, table, sizeof table);
     kl_router_opts o = rh_opts(table);
     o.answer_hold_max_us = hold_max_us;
     o.default_deadline_ms = 5000;

@@ -23,20 +23,11 @@ static void test_extra_connections_close_when_idle(void **state)
 {
     (void)state;
     char *dir = tp_tempdir("router-idle"), *keydir = tp_tempdir("router-idlek");
-    tp_copy_key(keydir, tp_path("keys/ecdsa-p256.key"));
-    EVP_PKEY *pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
     uint8_t ski[20];
-    tp_ski(pub, ski);
-    EVP_PKEY_free(pub);
     rh_dc dc;
-    rh_dc_start(&dc, "idle", keydir, 20); /* 40 ms round trip */
-    char table[1024], text[512];
-    snprintf(table, sizeof table, "%s/routes.yaml", dir);
-    snprintf(text, sizeof text,
-             "servers:\n  - {name: idle, address: \"127.0.0.1:%u\", region: "
-             "eu, serves: [%s]}\n",
-             dc.p.port, tp_ski_hex(ski));
-    fp_write_file(table, text);
+    char table[1024];
+    rh_one_route(&dc, "idle", dir, keydir, 20, ski, table,
+                 sizeof table); /* 40 ms round trip */
     kl_router_opts o = rh_opts(table);
     o.conn_inflight_threshold = 8;
     o.max_conns_per_remote = 4;

@@ -35,6 +35,28 @@ static inline void rh_dc_stop(rh_dc *dc)
         (void)td_stop(&dc->d, 0);
 }
 
+/* One route: the test PKI's ECDSA P-256 key copied into keydir and served
+ * by a data centre oneway_ms away (dc, named name), and a routing table
+ * dir/routes.yaml (its path in table) naming dc as the key's one server,
+ * region eu. The key's SKI goes to ski. */
+static inline void rh_one_route(rh_dc *dc, const char *name, const char *dir,
+                                const char *keydir, unsigned oneway_ms,
+                                uint8_t ski[20], char *table, size_t cap)
+{
+    tp_copy_key(keydir, tp_path("keys/ecdsa-p256.key"));
+    EVP_PKEY *pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
+    tp_ski(pub, ski);
+    EVP_PKEY_free(pub);
+    rh_dc_start(dc, name, keydir, oneway_ms);
+    char text[512];
+    snprintf(table, cap, "%s/routes.yaml", dir);
+    snprintf(text, sizeof text,
+             "servers:\n  - {name: %s, address: \"127.0.0.1:%u\", region: "
+             "eu, serves: [%s]}\n",
+             name, dc->p.port, tp_ski_hex(ski));
+    fp_write_file(table, text);
+}
+
 /* Router options with the test PKI and short intervals. */
 static inline kl_router_opts rh_opts(const char *table)
 {
