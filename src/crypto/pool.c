@@ -273,6 +273,7 @@ static bool may_defer(const kl_pool *p, kl_cost_class cls)
 static void *worker_main(void *arg)
 {
     kl_pool *p = arg;
+    pthread_setname_np(pthread_self(), "kl-worker"); /* top -H, perf */
     defer.on = true;
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -379,6 +380,7 @@ static void *blocking_main(void *arg)
 {
     bslot *slot = arg;
     kl_pool *p = slot->pool;
+    pthread_setname_np(pthread_self(), "kl-p11-worker");
     job_queue *q = &p->q[KL_COST_BLOCKING];
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -450,6 +452,7 @@ static kl_job *collect_late(kl_pool *p, uint64_t now, uint64_t *next)
 static void *watchdog_main(void *arg)
 {
     kl_pool *p = arg;
+    pthread_setname_np(pthread_self(), "kl-watchdog");
     pthread_mutex_lock(&p->mu);
     while (!p->wstop) {
         uint64_t next;
