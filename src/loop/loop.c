@@ -149,7 +149,8 @@ void kl_watch_stop(kl_loop *l, kl_watch *w)
 /* Timers fire to the microsecond where the kernel has epoll_pwait2
  * (Linux 5.11): a 200 us hold (the router's answer batching) must not
  * become a millisecond. Older kernels get epoll_wait, rounded up to the
- * millisecond. */
+ * millisecond (so does Valgrind 3.19, which warns once about syscall 441
+ * and returns ENOSYS: make valgrind runs the fallback). */
 static int wait_events(kl_loop *l, int64_t timeout_ns)
 {
     static atomic_bool no_pwait2;
