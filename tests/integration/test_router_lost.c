@@ -182,41 +182,62 @@ static kl_router *router_for(const char *table, size_t remotes)
     return r;
 }
 
+/* The two-route setup: lossy (direct) and spare (behind a faultproxy, 5 ms
+ * each way), both serving ski, and a router that has measured both. */
+typedef struct two_routes {
+    lu_server lossy, spare;
+    fp_proxy p;
+    kl_router *r;
+} two_routes;
+
+static void two_routes_start(two_routes *t, const char *proxy_name,
+                             const char *table_name, const uint8_t *ski)
+{
+    lu_start(&t->lossy, "lossy");
+    lu_start(&t->spare, "spare");
+    fp_start(&t->p, proxy_name, t->spare.port, 5);
+    char table[1100];
+    snprintf(table, sizeof table, "%s/%s", tmp, table_name);
+    write_table(table, ski, t->lossy.port, t->p.port);
+    t->r = router_for(table, 2);
+}
+
+static void two_routes_stop(two_routes *t)
+{
+    kl_router_free(t->r);
+    fp_stop(&t->p);
+    lu_stop(&t->lossy);
+    lu_stop(&t->spare);
+}
+
 static void test_lost_fails_over(void **state)
 {
     (void)state;
     uint8_t ski[20];
     memset(ski, 0x42, sizeof ski);
-    lu_server lossy, spare;
-    lu_start(&lossy, "lossy");
-    lu_start(&spare, "spare");
-    fp_proxy p;
-    fp_start(&p, "lost-spare", spare.port, 5);
-    char table[1100];
-    snprintf(table, sizeof table, "%s/two.yaml", tmp);
-    write_table(table, ski, lossy.port, p.port);
-    kl_router *r = router_for(table, 2);
-    pthread_mutex_lock(&lossy.mu);
-    lossy.lose_byte = LOSE;
-    lossy.lose_budget = -1; /* it never answers a marked request */
-    pthread_mutex_unlock(&lossy.mu);
-    int timeout = stats_of(r, "lossy").timeout_ms;
+    two_routes t;
+    two_routes_start(&t, "lost-spare", "two.yaml", ski);
+    pthread_mutex_lock(&t.lossy.mu);
+    t.lossy.lose_byte = LOSE;
+    t.lossy.lose_budget = -1; /* it never answers a marked request */
+    pthread_mutex_unlock(&t.lossy.mu);
+    int timeout = stats_of(t.r, "lossy").timeout_ms;
 
     rh_req marked, normal;
     make(&marked, ski, LOSE);
     make(&normal, ski, 1);
     static run rn;
     run_init(&rn);
-    drive(r, &rn, &marked, &normal, 60);
-    kl_remote_stats ls = stats_of(r, "lossy"), ss = stats_of(r, "spare");
-    rh_print_remotes(r);
+    drive(t.r, &rn, &marked, &normal, 60);
+    kl_remote_stats ls = stats_of(t.r, "lossy"), ss = stats_of(t.r, "spare");
+    rh_print_remotes(t.r);
     fprintf(stderr,
             "lost on lossy (timeout %d ms): answered by %s after %.0f ms "
             "(deadline 5000 ms); lossy lost %llu, up %d; the stub swallowed "
             "%u, spare saw %u\n",
             timeout, rn.marked.from, rn.marked.ms, (unsigned long long)ls.lost,
-            ls.up, lu_get(&lossy, &lossy.lost),
-            lu_get(&spare, &spare.requests));
+            ls.up, lu_get(&t.lossy, &t.lossy.lost),
+            lu_get(&t.spare, &t.spare.requests));
     assert_int_equal(rn.marked.err, KL_ERR_NONE);
     assert_string_equal(rn.marked.from, "from-spare");
     /* overtaken one timeout after it was sent, caught within half a
@@ -227,15 +248,12 @@ static void test_lost_fails_over(void **state)
         assert_string_equal(rn.normal[i].from, "from-lossy");
     assert_int_equal(ls.lost, 1);
     assert_true(ls.up); /* it answers: not marked down */
-    assert_int_equal(lu_get(&lossy, &lossy.lost), 1);
-    assert_int_equal(lu_get(&spare, &spare.requests), 1);
+    assert_int_equal(lu_get(&t.lossy, &t.lossy.lost), 1);
+    assert_int_equal(lu_get(&t.spare, &t.spare.requests), 1);
     assert_int_equal(ss.sent, 1);
-    assert_int_equal(lu_get(&lossy, &lossy.bad), 0);
+    assert_int_equal(lu_get(&t.lossy, &t.lossy.bad), 0);
 
-    kl_router_free(r);
-    fp_stop(&p);
-    lu_stop(&lossy);
-    lu_stop(&spare);
+    two_routes_stop(&t);
 }
 
 static void test_lost_retried_on_the_one_route(void **state)
@@ -349,22 +367,15 @@ static void test_queue_overtaken_is_not_lost(void **state)
     (void)state;
     uint8_t ski[20];
     memset(ski, 0x66, sizeof ski);
-    lu_server lossy, spare;
-    lu_start(&lossy, "lossy");
-    lu_start(&spare, "spare");
-    fp_proxy p;
-    fp_start(&p, "lost-spare3", spare.port, 5);
-    char table[1100];
-    snprintf(table, sizeof table, "%s/queue.yaml", tmp);
-    write_table(table, ski, lossy.port, p.port);
-    kl_router *r = router_for(table, 2);
-    pthread_mutex_lock(&lossy.mu);
-    memcpy(lossy.slow_ski, ski, 20);
-    lossy.has_slow = true;
-    lossy.slow_byte = 9;
-    lossy.slow_ms = SLOW_MS;
-    pthread_mutex_unlock(&lossy.mu);
-    int timeout = stats_of(r, "lossy").timeout_ms;
+    two_routes t;
+    two_routes_start(&t, "lost-spare3", "queue.yaml", ski);
+    pthread_mutex_lock(&t.lossy.mu);
+    memcpy(t.lossy.slow_ski, ski, 20);
+    t.lossy.has_slow = true;
+    t.lossy.slow_byte = 9;
+    t.lossy.slow_ms = SLOW_MS;
+    pthread_mutex_unlock(&t.lossy.mu);
+    int timeout = stats_of(t.r, "lossy").timeout_ms;
 
     rh_req queued, fast;
     make(&queued, ski, 9);
@@ -375,8 +386,8 @@ static void test_queue_overtaken_is_not_lost(void **state)
     outcome q[10];
     memset(q, 0, sizeof q);
     for (int i = 0; i < 10; i++)
-        submit(r, &rq, &q[i], &queued);
-    drive(r, &rn, &fast, &fast, 120); /* the same key, answered at once */
+        submit(t.r, &rq, &q[i], &queued);
+    drive(t.r, &rn, &fast, &fast, 120); /* the same key, answered at once */
     fp_sleep_ms(400);
     pthread_mutex_lock(&rq.mu);
     for (int i = 0; i < 10; i++) {
@@ -386,19 +397,17 @@ static void test_queue_overtaken_is_not_lost(void **state)
         assert_true(q[i].ms >= SLOW_MS - 10);
     }
     pthread_mutex_unlock(&rq.mu);
-    kl_remote_stats ls = stats_of(r, "lossy");
+    kl_remote_stats ls = stats_of(t.r, "lossy");
     fprintf(stderr,
             "10 queued 1 s, overtaken by the same key (timeout %d ms): "
             "lost %llu, slow requests at lossy %u, spare saw %u\n",
             timeout, (unsigned long long)ls.lost,
-            lu_get(&lossy, &lossy.slow_seen), lu_get(&spare, &spare.requests));
+            lu_get(&t.lossy, &t.lossy.slow_seen),
+            lu_get(&t.spare, &t.spare.requests));
     assert_true(SLOW_MS > 3 * timeout);
     assert_int_equal(ls.lost, 0);
-    assert_int_equal(lu_get(&lossy, &lossy.slow_seen), 10);
-    kl_router_free(r);
-    fp_stop(&p);
-    lu_stop(&lossy);
-    lu_stop(&spare);
+    assert_int_equal(lu_get(&t.lossy, &t.lossy.slow_seen), 10);
+    two_routes_stop(&t);
 }
 
 /* The rule's limit: a request lost while only other keys' requests are
