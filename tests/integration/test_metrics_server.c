@@ -14,6 +14,7 @@
  * - /health and /ready, which answers 503 "draining" while the server
  *   drains at SIGTERM, and 503 while no route of a routing table is up. */
 #include "test_router_server_common.h"
+#include "net.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -27,55 +28,10 @@
 static char *keydir;
 static uint8_t ski[20];
 
-static uint16_t free_tcp_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* GET over HTTP/1.0; returns the status, *body the body (malloc'd). */
-static int http_get(uint16_t port, const char *path, char **body)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
-        fail_msg("connect to the metrics port %u: %s", port, strerror(errno));
-    char req[256];
-    int n = snprintf(req, sizeof req,
-                     "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
-    assert_int_equal(write(fd, req, (size_t)n), n);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 > cap)
-            buf = realloc(buf, cap *= 2);
-        ssize_t r = read(fd, buf + len, cap - len - 1);
-        if (r <= 0)
-            break;
-        len += (size_t)r;
-    }
-    close(fd);
-    buf[len] = 0;
-    int status = 0;
-    assert_int_equal(sscanf(buf, "HTTP/1.%*d %d", &status), 1);
-    char *b = strstr(buf, "\r\n\r\n");
-    *body = strdup(b ? b + 4 : "");
-    free(buf);
-    return status;
-}
-
 static char *scrape(uint16_t port)
 {
     char *body;
-    assert_int_equal(http_get(port, "/metrics", &body), 200);
+    assert_int_equal(tn_http_get(port, "/metrics", &body), 200);
     return body;
 }
 
@@ -125,7 +81,7 @@ static void start_with_metrics(td_daemon *d, const char *name, uint16_t *mport,
                                const char *const *more)
 {
     static char a_port[64];
-    *mport = free_tcp_port();
+    *mport = tn_free_port();
     snprintf(a_port, sizeof a_port, "--metrics-port=%u", *mport);
     const char *flags[16] = {"--metrics-address=127.0.0.1"};
     size_t n = 1;
@@ -334,10 +290,10 @@ static void test_health_and_ready(void **state)
     uint16_t mp;
     start_with_metrics(&d, "metrics-ready", &mp, more);
     char *body;
-    assert_int_equal(http_get(mp, "/health", &body), 200);
+    assert_int_equal(tn_http_get(mp, "/health", &body), 200);
     assert_string_equal(body, "ok\n");
     free(body);
-    assert_int_equal(http_get(mp, "/ready", &body), 200);
+    assert_int_equal(tn_http_get(mp, "/ready", &body), 200);
     assert_string_equal(body, "ready\n");
     free(body);
 
@@ -349,12 +305,12 @@ static void test_health_and_ready(void **state)
     fp_sleep_ms(100);
     td_signal(&d, SIGTERM);
     fp_sleep_ms(200);
-    int status = http_get(mp, "/ready", &body);
+    int status = tn_http_get(mp, "/ready", &body);
     fprintf(stderr, "while draining: /ready %d %s", status, body);
     assert_int_equal(status, 503);
     assert_non_null(strstr(body, "draining"));
     free(body);
-    assert_int_equal(http_get(mp, "/health", &body), 200);
+    assert_int_equal(tn_http_get(mp, "/health", &body), 200);
     free(body);
     /* the request in flight is still answered */
     kl_client_result r;
@@ -377,7 +333,7 @@ static void test_ready_needs_a_route(void **state)
     snprintf(text, sizeof text,
              "servers:\n  - {name: gone, address: \"127.0.0.1:%u\", region: "
              "eu, serves: [%s]}\n",
-             free_tcp_port(), tp_ski_hex(far));
+             tn_free_port(), tp_ski_hex(far));
     fp_write_file(table, text);
     static char a_table[1200];
     snprintf(a_table, sizeof a_table, "--router-table=%s", table);
@@ -387,7 +343,7 @@ static void test_ready_needs_a_route(void **state)
     start_with_metrics(&d, "metrics-route", &mp, more);
     rs_wait_log(&d, "router: remote gone is down", 1, 5000);
     char *body;
-    int status = http_get(mp, "/ready", &body);
+    int status = tn_http_get(mp, "/ready", &body);
     fprintf(stderr, "no route up: /ready %d %s", status, body);
     assert_int_equal(status, 503);
     assert_non_null(strstr(body, "no healthy route"));

@@ -12,6 +12,7 @@
  * Each keyless_request_{exec,total}_duration_per_opcode series counts
  * exactly the answers the client got with that error. */
 #include "test_router_server_common.h"
+#include "net.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -35,49 +36,12 @@ static int teardown(void **state)
     return 0;
 }
 
-static uint16_t unused_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* GET /metrics over HTTP/1.0; the body (malloc'd). */
 static char *scrape(uint16_t port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
-        fail_msg("metrics port %u: %s", port, strerror(errno));
-    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
-    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)sizeof req - 1);
-    size_t cap = 1 << 17, len = 0;
-    char *buf = malloc(cap);
-    assert_non_null(buf);
-    for (;;) {
-        if (len + 4096 > cap) {
-            buf = realloc(buf, cap *= 2);
-            assert_non_null(buf);
-        }
-        ssize_t r = read(fd, buf + len, cap - len - 1);
-        if (r <= 0)
-            break;
-        len += (size_t)r;
-    }
-    close(fd);
-    buf[len] = 0;
-    assert_non_null(strstr(buf, " 200 "));
-    char *body = strstr(buf, "\r\n\r\n");
-    char *out = strdup(body ? body + 4 : "");
-    free(buf);
-    return out;
+    char *body;
+    assert_int_equal(tn_http_get(port, "/metrics", &body), 200);
+    return body;
 }
 
 /* The value of `family{error="err",type="ecdsa"}`; 0 when absent (the
@@ -160,7 +124,7 @@ static void test_metrics_name_the_wire_error(void **state)
              hex[1], hex[3]);
     fp_write_file(acl, text);
     char a_acl[1200], a_port[64];
-    uint16_t mport = unused_port();
+    uint16_t mport = tn_free_port();
     snprintf(a_acl, sizeof a_acl, "--access-file=%s", acl);
     snprintf(a_port, sizeof a_port, "--metrics-port=%u", mport);
     const char *extra[] = {a_acl,

@@ -14,6 +14,7 @@
  * - sample rate 0 exports nothing; a dead collector does not affect
  *   serving and the dropped spans are counted. */
 #include "test_router_server_common.h"
+#include "net.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -289,36 +290,12 @@ static int teardown(void **state)
     return 0;
 }
 
-static uint16_t free_tcp_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* The value of one series in a scrape of the metrics port (HTTP/1.0
  * GET /metrics); -1 when absent. */
 static double scrape_value(uint16_t port, const char *series)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    const char *req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-    size_t cap = 1 << 20, len = 0;
-    char *buf = malloc(cap);
-    ssize_t r;
-    while (len < cap - 1 && (r = read(fd, buf + len, cap - len - 1)) > 0)
-        len += (size_t)r;
-    close(fd);
-    buf[len] = 0;
+    char *buf;
+    (void)tn_http_get(port, "/metrics", &buf); /* absent: -1 below */
     double v = -1;
     size_t n = strlen(series);
     for (char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p)
@@ -458,7 +435,7 @@ static void test_forwarded(void **state)
              "serves: [%s]}\n",
              backend.port, tp_ski_hex(ski));
     fp_write_file(table, text);
-    metrics_port = free_tcp_port();
+    metrics_port = tn_free_port();
     uint16_t router_metrics = metrics_port;
     start_traced(&router, "tr-router", NULL, table, k, "1");
     metrics_port = 0;
@@ -530,7 +507,7 @@ static void test_rate_zero_and_dead_collector(void **state)
     snprintf(endpoint_flag, sizeof endpoint_flag,
              "--tracing-address=http://127.0.0.1:%u/v1/traces",
              ntohs(sa.sin_port));
-    metrics_port = free_tcp_port();
+    metrics_port = tn_free_port();
     uint16_t dead_metrics = metrics_port;
     start_traced(&d, "tr-dead", kd, NULL, NULL, "1");
     metrics_port = 0;

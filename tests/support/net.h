@@ -1,0 +1,15 @@
+/* Loopback helpers for integration tests: a free TCP port and an HTTP/1.0
+ * GET against a local listener (the metrics endpoint). */
+#ifndef KL_TEST_NET_H
+#define KL_TEST_NET_H
+
+#include <stdint.h>
+
+/* A TCP port on 127.0.0.1 that was free a moment ago (bound, then
+ * released). */
+uint16_t tn_free_port(void);
+/* GET path from 127.0.0.1:port over HTTP/1.0; returns the status code and
+ * the body in *body (malloc'd). Fails the test when it cannot connect. */
+int tn_http_get(uint16_t port, const char *path, char **body);
+
+#endif
