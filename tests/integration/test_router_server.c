@@ -11,6 +11,7 @@
  *   reaches any remote for them (counted at the proxies), while the same
  *   requests from a client that stays are retried on the second remote. */
 #include "test_router_server_common.h"
+#include "net.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -287,14 +288,7 @@ static void up_start(upstream *u)
     u->ctx = kl_tls_server_ctx_new(&o, err, sizeof err);
     if (!u->ctx)
         fail_msg("upstream TLS: %s", err);
-    u->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(u->lfd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(u->lfd, 8), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(u->lfd, (struct sockaddr *)&a, &len), 0);
-    u->port = ntohs(a.sin_port);
+    u->lfd = tn_listen(8, &u->port);
     pthread_create(&u->th, NULL, up_main, u);
 }
 

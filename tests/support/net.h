@@ -8,6 +8,8 @@
 /* A TCP port on 127.0.0.1 that was free a moment ago (bound, then
  * released). */
 uint16_t tn_free_port(void);
+/* A listening TCP socket on 127.0.0.1 and an ephemeral port (*port). */
+int tn_listen(int backlog, uint16_t *port);
 /* GET path from 127.0.0.1:port over HTTP/1.0; returns the status code and
  * the body in *body (malloc'd). Fails the test when it cannot connect. */
 int tn_http_get(uint16_t port, const char *path, char **body);

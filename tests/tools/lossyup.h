@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "keyless/protocol.h"
+#include "net.h"
 #include "pki.h"
 #include "testutil.h"
 #include "tls/tls.h"
@@ -266,14 +267,7 @@ static inline void lu_start(lu_server *u, const char *name)
     u->ctx = kl_tls_server_ctx_new(&o, err, sizeof err);
     if (!u->ctx)
         fail_msg("lossy upstream TLS: %s", err);
-    u->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(u->lfd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(u->lfd, 16), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(u->lfd, (struct sockaddr *)&a, &len), 0);
-    u->port = ntohs(a.sin_port);
+    u->lfd = tn_listen(16, &u->port);
     assert_int_equal(pthread_create(&u->th, NULL, lu_main, u), 0);
 }
 
