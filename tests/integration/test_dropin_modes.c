@@ -228,9 +228,9 @@ static void test_operations_doc_matches_table(void **state)
     assert_non_null(e);
     b += strlen(begin);
     if ((size_t)(e - b) != strlen(out) || memcmp(b, out, strlen(out)) != 0)
-        fail_msg("docs/OPERATIONS.md is out of date: regenerate the option "
-                 "reference with `keylessd --help-markdown` (see the "
-                 "comment in the file)");
+        fail_msg("docs/OPERATIONS.md is out of date: run "
+                 "scripts/regen-options.sh (it writes `keylessd "
+                 "--help-markdown` between the markers)");
     free(text);
     free(out);
 }
@@ -251,8 +251,9 @@ static void test_man_page_matches_table(void **state)
     assert_non_null(e);
     b += strlen(begin);
     if ((size_t)(e - b) != strlen(out) || memcmp(b, out, strlen(out)) != 0)
-        fail_msg("packaging/man/keylessd.8 is out of date: regenerate its "
-                 "OPTIONS with `keylessd --help-man`");
+        fail_msg("packaging/man/keylessd.8 is out of date: run "
+                 "scripts/regen-options.sh (it writes `keylessd --help-man` "
+                 "between the markers)");
     free(text);
     free(out);
 }
