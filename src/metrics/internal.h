@@ -44,6 +44,17 @@ struct kl_metrics_local {
     _Atomic int64_t inflight;
     _Atomic int64_t conns[KL_MCONN_STATES];
     _Atomic uint64_t busy_ns;
+    /* back-pressure (issue 5 and 10). The accept pause is a seqlock with
+     * one writer: pause_seq is odd while pause_start/paused_ns change, so
+     * that a scrape never adds a pause in progress to a total that already
+     * holds it. pause_start: 0 when accepting. */
+    _Atomic uint64_t refused[KL_REFUSE_REASONS];
+    _Atomic uint64_t pauses;
+    _Atomic uint64_t pause_seq, pause_start, paused_ns;
+    _Atomic uint64_t buffered, buffer_budget, read_pauses;
+    /* the last paused time reported, under kl_metrics.lock (render.c): a
+     * scrape racing the end of a pause may read the clock past the end */
+    uint64_t paused_reported;
 };
 
 typedef struct mx_cert mx_cert; /* certs.c */
@@ -77,6 +88,7 @@ extern const char *const mx_class_names[KL_METRICS_COST_CLASSES];
 extern const char *const mx_shed_names[KL_SHED_REASONS];
 extern const char *const mx_hs_names[KL_HS_FAIL_REASONS];
 extern const char *const mx_conn_names[KL_MCONN_STATES];
+extern const char *const mx_refusal_names[KL_REFUSE_REASONS];
 int mx_type_index(uint8_t opcode);
 int mx_err_index(uint8_t err);
 const char *mx_err_label(int err_index);

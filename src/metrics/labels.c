@@ -44,6 +44,12 @@ const char *const mx_conn_names[KL_MCONN_STATES] = {
     "draining",
 };
 
+/* the options' names, so that an alert names what to raise */
+const char *const mx_refusal_names[KL_REFUSE_REASONS] = {
+    "max_connections",
+    "max_handshaking_per_source",
+};
+
 int mx_type_index(uint8_t opcode)
 {
     switch (kl_op_classify(opcode)) {

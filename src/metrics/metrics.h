@@ -64,6 +64,14 @@ typedef enum kl_metrics_hs_fail {
     KL_HS_FAIL_REASONS
 } kl_metrics_hs_fail;
 
+/* Why a connection was closed right after accept() (limits.c): for
+ * keylessd_connections_refused_total{reason}. */
+typedef enum kl_metrics_refusal {
+    KL_REFUSE_MAX_CONNECTIONS = 0,    /* max_connections were open */
+    KL_REFUSE_HANDSHAKING_PER_SOURCE, /* its source had its handshakes */
+    KL_REFUSE_REASONS
+} kl_metrics_refusal;
+
 /* Connection states for keylessd_connections{state}. */
 typedef enum kl_metrics_conn {
     KL_MCONN_NONE = 0,  /* not counted: before accept, after close */
@@ -119,6 +127,30 @@ void kl_metrics_conn_move(kl_metrics_local *l, kl_metrics_conn from,
 /* keylessd_loop_busy_seconds_total{shard}: time a shard spent working
  * (not waiting in epoll_wait). */
 void kl_metrics_loop_busy(kl_metrics_local *l, uint64_t ns);
+
+/* ---- connection back-pressure (issue 5 and 10): the shard's thread ---- */
+
+/* keylessd_connections_refused_total{reason}: a socket closed right after
+ * accept() by a connection cap. */
+void kl_metrics_conn_refused(kl_metrics_local *l, kl_metrics_refusal r);
+/* The shard's listener stopped accepting at max_handshaking (paused true)
+ * or accepts again (false), at now_ns on CLOCK_MONOTONIC (kl_now_ns). A
+ * repeated state is ignored. keylessd_accept_pauses_total counts the
+ * stops; keylessd_accept_paused_seconds_total adds up their time, the
+ * pause in progress included (read at scrape); keylessd_accept_paused is
+ * the number of listeners stopped now. */
+void kl_metrics_accept_paused(kl_metrics_local *l, bool paused,
+                              uint64_t now_ns);
+/* Whether the slot's listener is recorded as stopped (its thread only). */
+bool kl_metrics_accept_is_paused(const kl_metrics_local *l);
+/* keylessd_buffered_bytes and keylessd_buffered_bytes_limit: the bytes the
+ * shard holds for requests in flight and unsent responses, and its share
+ * of max_buffered_bytes (a last value, not a counter). */
+void kl_metrics_set_buffered(kl_metrics_local *l, uint64_t bytes,
+                             uint64_t budget);
+/* keylessd_read_pauses_total: the shard's own running count of times a
+ * connection stopped being read because of a limit (it never goes down). */
+void kl_metrics_set_read_pauses(kl_metrics_local *l, uint64_t n);
 
 /* ---- process-wide values: any thread, last write wins ----------------- */
 

@@ -136,6 +136,56 @@ void kl_metrics_loop_busy(kl_metrics_local *l, uint64_t ns)
         BUMP(&l->busy_ns, ns);
 }
 
+void kl_metrics_conn_refused(kl_metrics_local *l, kl_metrics_refusal r)
+{
+    if (l && (unsigned)r < KL_REFUSE_REASONS)
+        BUMP(&l->refused[r], 1);
+}
+
+void kl_metrics_accept_paused(kl_metrics_local *l, bool paused, uint64_t now_ns)
+{
+    if (!l || (LOAD(&l->pause_start) != 0) == paused)
+        return;
+    if (paused)
+        BUMP(&l->pauses, 1);
+    /* the writer's half of the seqlock (render.c reads it) */
+    uint64_t seq = LOAD(&l->pause_seq);
+    STORE(&l->pause_seq, seq + 1);
+    atomic_thread_fence(memory_order_release);
+    if (paused) {
+        STORE(&l->pause_start, now_ns ? now_ns : 1); /* 0 means accepting */
+    } else {
+        uint64_t start = LOAD(&l->pause_start);
+        BUMP(&l->paused_ns, now_ns > start ? now_ns - start : 0);
+        STORE(&l->pause_start, 0);
+    }
+    atomic_store_explicit(&l->pause_seq, seq + 2, memory_order_release);
+}
+
+bool kl_metrics_accept_is_paused(const kl_metrics_local *l)
+{
+    return l && LOAD(&l->pause_start) != 0;
+}
+
+void kl_metrics_set_buffered(kl_metrics_local *l, uint64_t bytes,
+                             uint64_t budget)
+{
+    if (!l)
+        return;
+    /* called every loop turn: store only what changed, so that the line
+     * the scraper reads is not dirtied for nothing */
+    if (LOAD(&l->buffered) != bytes)
+        STORE(&l->buffered, bytes);
+    if (LOAD(&l->buffer_budget) != budget)
+        STORE(&l->buffer_budget, budget);
+}
+
+void kl_metrics_set_read_pauses(kl_metrics_local *l, uint64_t n)
+{
+    if (l && LOAD(&l->read_pauses) != n)
+        STORE(&l->read_pauses, n);
+}
+
 void kl_metrics_set_queue_depth(kl_metrics *m, int cost_class, uint64_t n)
 {
     if (m && cost_class >= 0 && cost_class < KL_METRICS_COST_CLASSES)

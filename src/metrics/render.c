@@ -1,8 +1,10 @@
 /* A scrape: add up every thread's slot, then write the families. The
  * reference's series come first, with its names, label names and values
  * and buckets (protocol P6); keylessd's own are prefixed keylessd_. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "keyless/protocol.h"
 #include "metrics/internal.h"
@@ -21,9 +23,38 @@ typedef struct mx_total {
     uint64_t hs_fail[KL_HS_FAIL_REASONS];
     int64_t inflight;
     int64_t conns[KL_MCONN_STATES];
+    uint64_t refused[KL_REFUSE_REASONS];
+    uint64_t pauses, paused_ns, paused_now;
+    uint64_t buffered, buffer_budget, read_pauses;
 } mx_total;
 
-static void add_slot(mx_total *t, const kl_metrics_local *l)
+/* A slot's accept-pause time up to now, the pause in progress included
+ * (the reader's half of record.c's seqlock). Caller holds m->lock, which
+ * guards paused_reported: a scrape that read the clock after the writer
+ * read it to end the pause would otherwise report a few nanoseconds more
+ * than every later one, and a counter must never go down. */
+static uint64_t paused_time(kl_metrics_local *l, uint64_t now, bool *paused)
+{
+    uint64_t s1, s2, start, done;
+    for (;;) {
+        s1 = atomic_load_explicit(&l->pause_seq, memory_order_acquire);
+        start = LOAD(&l->pause_start);
+        done = LOAD(&l->paused_ns);
+        atomic_thread_fence(memory_order_acquire);
+        s2 = LOAD(&l->pause_seq);
+        if (s1 == s2 && !(s1 & 1))
+            break;
+        sched_yield(); /* the shard is between two stores */
+    }
+    *paused = start != 0;
+    uint64_t v = done + (start && now > start ? now - start : 0);
+    if (v < l->paused_reported)
+        v = l->paused_reported;
+    l->paused_reported = v;
+    return v;
+}
+
+static void add_slot(mx_total *t, kl_metrics_local *l, uint64_t now)
 {
     for (int i = 0; i < 256; i++)
         t->requests[i] += LOAD(&l->requests[i]);
@@ -43,6 +74,50 @@ static void add_slot(mx_total *t, const kl_metrics_local *l)
     t->inflight += LOAD(&l->inflight);
     for (int s = 0; s < KL_MCONN_STATES; s++)
         t->conns[s] += LOAD(&l->conns[s]);
+    for (int r = 0; r < KL_REFUSE_REASONS; r++)
+        t->refused[r] += LOAD(&l->refused[r]);
+    t->pauses += LOAD(&l->pauses);
+    bool paused;
+    t->paused_ns += paused_time(l, now, &paused);
+    t->paused_now += paused;
+    t->buffered += LOAD(&l->buffered);
+    t->buffer_budget += LOAD(&l->buffer_budget);
+    t->read_pauses += LOAD(&l->read_pauses);
+}
+
+/* Connection back-pressure (issue 5 and 10, docs/METRICS.md). */
+static void render_backpressure(mx_buf *b, const mx_total *t)
+{
+    mx_family(b, "keylessd_connections_refused_total", "counter",
+              "Connections closed right after accept by a connection cap.");
+    for (int r = 0; r < KL_REFUSE_REASONS; r++)
+        mx_printf(b, "keylessd_connections_refused_total{reason=\"%s\"} %llu\n",
+                  mx_refusal_names[r], (unsigned long long)t->refused[r]);
+    mx_family(b, "keylessd_accept_pauses_total", "counter",
+              "Times a shard stopped accepting at max_handshaking.");
+    mx_printf(b, "keylessd_accept_pauses_total %llu\n",
+              (unsigned long long)t->pauses);
+    mx_family(b, "keylessd_accept_paused_seconds_total", "counter",
+              "Time shards spent not accepting at max_handshaking.");
+    mx_puts(b, "keylessd_accept_paused_seconds_total ");
+    mx_put_double(b, (double)t->paused_ns / 1e9);
+    mx_puts(b, "\n");
+    mx_family(b, "keylessd_accept_paused", "gauge",
+              "Shards not accepting now because of max_handshaking.");
+    mx_printf(b, "keylessd_accept_paused %llu\n",
+              (unsigned long long)t->paused_now);
+    mx_family(b, "keylessd_read_pauses_total", "counter",
+              "Times a connection stopped being read because of a limit.");
+    mx_printf(b, "keylessd_read_pauses_total %llu\n",
+              (unsigned long long)t->read_pauses);
+    mx_family(b, "keylessd_buffered_bytes", "gauge",
+              "Bytes held for requests in flight and unsent responses.");
+    mx_printf(b, "keylessd_buffered_bytes %llu\n",
+              (unsigned long long)t->buffered);
+    mx_family(b, "keylessd_buffered_bytes_limit", "gauge",
+              "max_buffered_bytes as the shards share it.");
+    mx_printf(b, "keylessd_buffered_bytes_limit %llu\n",
+              (unsigned long long)t->buffer_budget);
 }
 
 /* A histogram vector over (type, error): only the children that have seen
@@ -131,6 +206,7 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
                   "keylessd_tls_handshake_failures_total{reason=\"%s\"} "
                   "%llu\n",
                   mx_hs_names[r], (unsigned long long)t->hs_fail[r]);
+    render_backpressure(b, t);
 
     mx_family(b, "keylessd_keys_loaded", "gauge", "Private keys loaded.");
     mx_printf(b, "keylessd_keys_loaded %llu\n",
@@ -186,9 +262,12 @@ char *kl_metrics_render(kl_metrics *m, size_t *len)
     if (!t)
         return NULL;
     mx_buf b = {0};
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* record.c's now_ns: kl_now_ns */
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     pthread_mutex_lock(&m->lock);
-    for (const kl_metrics_local *l = m->locals; l; l = l->next)
-        add_slot(t, l);
+    for (kl_metrics_local *l = m->locals; l; l = l->next)
+        add_slot(t, l, now);
     render_reference(&b, t);
     mx_render_certs(m, &b);
     render_own(&b, m, t);

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/time.h"
 #include "server/internal.h"
 #include "server/limits.h"
 
@@ -346,12 +347,23 @@ void kl_limits_wait_slot(kl_shard *s)
         kl_loop_wake(s->loop);
 }
 
-kl_admit kl_limits_admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
+/* keylessd_accept_pause*: the socket held at the pause is the first one
+ * asked about when the shard resumes (shard.c resume_accepting), so its
+ * answer ends the pause; metrics_glue.c ends one the listener's closing
+ * ended (shutdown) at the end of the loop turn. */
+static void note_pause(kl_shard *s, bool waits)
+{
+    if (s->mx && waits != s->listen_parked)
+        kl_metrics_accept_paused(s->mx, waits, kl_now_ns());
+}
+
+static kl_admit admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
 {
     kl_server *srv = s->srv;
     src->counted = false;
     if (!take(&srv->nconns, srv->o.max_connections)) {
         KL_COUNT(s->st.conn_refused);
+        kl_metrics_conn_refused(s->mx, KL_REFUSE_MAX_CONNECTIONS);
         note_refusal(s, "max_connections", srv->o.max_connections, NULL,
                      THEN_CLOSE);
         return KL_ADMIT_CLOSE;
@@ -369,6 +381,7 @@ kl_admit kl_limits_admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
             /* another shard may have stopped on the slot held meanwhile */
             wake_waiting(srv);
             KL_COUNT(s->st.handshake_refused);
+            kl_metrics_conn_refused(s->mx, KL_REFUSE_HANDSHAKING_PER_SOURCE);
             note_refusal(s, "max_handshaking_per_source",
                          srv->o.max_handshaking_per_source, src->addr,
                          THEN_CLOSE);
@@ -377,6 +390,13 @@ kl_admit kl_limits_admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
         src->counted = true;
     }
     return KL_ADMIT_OK;
+}
+
+kl_admit kl_limits_admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
+{
+    kl_admit a = admit(s, sa, src);
+    note_pause(s, a == KL_ADMIT_WAIT);
+    return a;
 }
 
 void kl_limits_handshake_done(kl_shard *s, kl_src *src)

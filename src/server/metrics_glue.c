@@ -122,6 +122,18 @@ void kl_mx_loop_turn(kl_shard *s)
         kl_metrics_loop_busy(s->mx, busy - s->busy_reported);
         s->busy_reported = busy;
     }
+    /* Back-pressure (docs/METRICS.md): the shard's buffered bytes and read
+     * pauses as they stand after this turn - the value an idle shard keeps
+     * until its next turn. A few loads and, when something changed, a
+     * store to the shard's own slot. */
+    kl_metrics_set_buffered(s->mx, s->held,
+                            s->srv->o.max_buffered / (size_t)s->srv->nshards);
+    kl_metrics_set_read_pauses(
+        s->mx, atomic_load_explicit(&s->st.read_pauses, memory_order_relaxed));
+    /* an accept pause that ended without a socket admitted: the listener
+     * closed at shutdown (limits.c note_pause ends the others) */
+    if (!s->listen_parked && kl_metrics_accept_is_paused(s->mx))
+        kl_metrics_accept_paused(s->mx, false, kl_now_ns());
 }
 
 void kl_mx_peer_cert(kl_conn *c)

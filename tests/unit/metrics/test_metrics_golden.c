@@ -223,6 +223,93 @@ static void test_route_and_trace_series(void **state)
     kl_metrics_free(m);
 }
 
+/* Connection back-pressure (issue 5 and 10): refusals by reason, accept
+ * pauses (count, time with the pause in progress, listeners paused now),
+ * read pauses and the buffer budget, all summed over the shards. */
+static void test_backpressure_series(void **state)
+{
+    (void)state;
+    kl_metrics *m = kl_metrics_new();
+    kl_metrics_local *sh0 = kl_metrics_local_new(m, 0);
+    kl_metrics_local *sh1 = kl_metrics_local_new(m, 1);
+    char *s = mt_scrape(m);
+    mt_assert_line(s, "# TYPE keylessd_connections_refused_total counter");
+    mt_assert_line(
+        s, "keylessd_connections_refused_total{reason=\"max_connections\"} 0");
+    mt_assert_line(s, "keylessd_connections_refused_total{reason=\"max_"
+                      "handshaking_per_source\"} 0");
+    mt_assert_line(s, "# TYPE keylessd_accept_pauses_total counter");
+    mt_assert_line(s, "keylessd_accept_pauses_total 0");
+    mt_assert_line(s, "# TYPE keylessd_accept_paused_seconds_total counter");
+    mt_assert_line(s, "keylessd_accept_paused_seconds_total 0");
+    mt_assert_line(s, "# TYPE keylessd_accept_paused gauge");
+    mt_assert_line(s, "keylessd_accept_paused 0");
+    mt_assert_line(s, "# TYPE keylessd_read_pauses_total counter");
+    mt_assert_line(s, "keylessd_read_pauses_total 0");
+    mt_assert_line(s, "# TYPE keylessd_buffered_bytes gauge");
+    mt_assert_line(s, "keylessd_buffered_bytes 0");
+    mt_assert_line(s, "# TYPE keylessd_buffered_bytes_limit gauge");
+    mt_assert_line(s, "keylessd_buffered_bytes_limit 0");
+    free(s);
+
+    kl_metrics_conn_refused(sh0, KL_REFUSE_MAX_CONNECTIONS);
+    kl_metrics_conn_refused(sh1, KL_REFUSE_MAX_CONNECTIONS);
+    kl_metrics_conn_refused(sh1, KL_REFUSE_HANDSHAKING_PER_SOURCE);
+    kl_metrics_conn_refused(sh1, (kl_metrics_refusal)9); /* ignored */
+    /* shard 0: one pause of 1.5 s, its repeated states ignored */
+    assert_false(kl_metrics_accept_is_paused(sh0));
+    kl_metrics_accept_paused(sh0, true, 1000 * MS);
+    kl_metrics_accept_paused(sh0, true, 1200 * MS);
+    assert_true(kl_metrics_accept_is_paused(sh0));
+    kl_metrics_accept_paused(sh0, false, 2500 * MS);
+    kl_metrics_accept_paused(sh0, false, 2600 * MS);
+    assert_false(kl_metrics_accept_is_paused(sh0));
+    /* shard 1: a pause in progress since 2 s ago */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    kl_metrics_accept_paused(sh1, true, now - 2000 * MS);
+    kl_metrics_set_read_pauses(sh0, 5);
+    kl_metrics_set_read_pauses(sh1, 2);
+    kl_metrics_set_buffered(sh0, 4096, 32u << 20);
+    kl_metrics_set_buffered(sh1, 100, 32u << 20);
+
+    s = mt_scrape(m);
+    mt_assert_line(
+        s, "keylessd_connections_refused_total{reason=\"max_connections\"} 2");
+    mt_assert_line(s, "keylessd_connections_refused_total{reason=\"max_"
+                      "handshaking_per_source\"} 1");
+    mt_assert_line(s, "keylessd_accept_pauses_total 2");
+    mt_assert_line(s, "keylessd_accept_paused 1");
+    double p1 = mt_value(s, "keylessd_accept_paused_seconds_total ");
+    assert_true(p1 >= 3.5 && p1 < 3.5 + 60);
+    mt_assert_line(s, "keylessd_read_pauses_total 7");
+    mt_assert_line(s, "keylessd_buffered_bytes 4196");
+    mt_assert_line(s, "keylessd_buffered_bytes_limit 67108864");
+    free(s);
+
+    /* the pause in progress grows between scrapes, then stops at its end */
+    s = mt_scrape(m);
+    double p2 = mt_value(s, "keylessd_accept_paused_seconds_total ");
+    assert_true(p2 >= p1);
+    free(s);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    kl_metrics_accept_paused(sh1, false, now);
+    kl_metrics_set_buffered(sh1, 0, 32u << 20);
+    s = mt_scrape(m);
+    mt_assert_line(s, "keylessd_accept_paused 0");
+    mt_assert_line(s, "keylessd_accept_pauses_total 2");
+    double p3 = mt_value(s, "keylessd_accept_paused_seconds_total ");
+    assert_true(p3 >= p2);
+    mt_assert_line(s, "keylessd_buffered_bytes 4096");
+    free(s);
+    s = mt_scrape(m);
+    assert_true(mt_value(s, "keylessd_accept_paused_seconds_total ") == p3);
+    free(s);
+    kl_metrics_free(m);
+}
+
 static void test_process_series(void **state)
 {
     (void)state;
@@ -256,6 +343,11 @@ static void test_null_slot(void **state)
     kl_metrics_inflight_add(NULL, 1);
     kl_metrics_conn_move(NULL, KL_MCONN_NONE, KL_MCONN_OPEN);
     kl_metrics_loop_busy(NULL, 1);
+    kl_metrics_conn_refused(NULL, KL_REFUSE_MAX_CONNECTIONS);
+    kl_metrics_accept_paused(NULL, true, 1);
+    assert_false(kl_metrics_accept_is_paused(NULL));
+    kl_metrics_set_buffered(NULL, 1, 2);
+    kl_metrics_set_read_pauses(NULL, 1);
     kl_metrics_set_keys_loaded(NULL, 1);
     kl_metrics_reload_result(NULL, true, 0);
     kl_metrics_free(NULL);
@@ -267,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_reference_series),
         cmocka_unit_test(test_own_series),
         cmocka_unit_test(test_route_and_trace_series),
+        cmocka_unit_test(test_backpressure_series),
         cmocka_unit_test(test_process_series),
         cmocka_unit_test(test_null_slot),
     };

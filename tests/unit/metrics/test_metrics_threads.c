@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "keyless/protocol.h"
 #include "mtest.h"
@@ -29,7 +30,15 @@ typedef struct writer {
     shared *sh;
     int index;
     long done, shed;
+    uint64_t paused_ns; /* accept pauses recorded, end - start */
 } writer;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static void *write_loop(void *arg)
 {
@@ -39,6 +48,7 @@ static void *write_loop(void *arg)
     assert_non_null(l);
     atomic_fetch_add(&w->sh->started, 1);
     long i = 0;
+    uint64_t start = 0; /* the accept pause in progress */
     for (; i < ROUNDS || atomic_load(&w->sh->scrapes) < MIN_SCRAPES; i++) {
         kl_metrics_request(l, KL_OP_ECDSA_SIGN_SHA256);
         kl_metrics_inflight_add(l, 1);
@@ -55,6 +65,24 @@ static void *write_loop(void *arg)
             kl_metrics_shed(l, KL_SHED_DEADLINE);
             w->shed++;
         }
+        /* accept pauses on and off, racing the scraper's reading of the
+         * pause in progress (record.c's seqlock) */
+        if (i % 100 == 0) {
+            uint64_t now = mono_ns();
+            if (!start) {
+                kl_metrics_accept_paused(l, true, now);
+                start = now;
+            } else {
+                kl_metrics_accept_paused(l, false, now);
+                w->paused_ns += now - start;
+                start = 0;
+            }
+        }
+    }
+    if (start) {
+        uint64_t now = mono_ns();
+        kl_metrics_accept_paused(l, false, now);
+        w->paused_ns += now - start;
     }
     w->done = i;
     atomic_fetch_sub(&w->sh->running, 1);
@@ -64,7 +92,7 @@ static void *write_loop(void *arg)
 static void *scrape_loop(void *arg)
 {
     shared *sh = arg;
-    double last = 0;
+    double last = 0, last_paused = 0;
     const char *req = "keyless_requests{opcode=\"OpECDSASignSHA256\"} ";
     const char *cnt = "keyless_request_exec_duration_per_opcode_count{"
                       "error=\"no error\",type=\"ecdsa\"} ";
@@ -86,6 +114,11 @@ static void *scrape_loop(void *arg)
         /* A gauge moving in pairs stays within what the writers hold. */
         double fl = mt_value(s, "keylessd_requests_in_flight ");
         assert_true(fl >= 0 && fl <= WRITERS);
+        double p = mt_value(s, "keylessd_accept_paused_seconds_total ");
+        assert_true(p >= last_paused);
+        last_paused = p;
+        double np = mt_value(s, "keylessd_accept_paused ");
+        assert_true(np >= 0 && np <= WRITERS);
         free(s);
     }
     return NULL;
@@ -110,8 +143,9 @@ static void test_concurrent(void **state)
     assert_true(atomic_load(&sh.scrapes) >= MIN_SCRAPES);
 
     long done = 0, shed = 0;
+    uint64_t paused = 0;
     for (int i = 0; i < WRITERS; i++)
-        done += w[i].done, shed += w[i].shed;
+        done += w[i].done, shed += w[i].shed, paused += w[i].paused_ns;
     char *s = mt_scrape(sh.m);
     mt_assert_line(s, "keyless_requests{opcode=\"OpECDSASignSHA256\"} %ld",
                    done);
@@ -124,6 +158,13 @@ static void test_concurrent(void **state)
     mt_assert_line(s, "keylessd_connections{state=\"open\"} 0");
     mt_assert_line(s, "keylessd_requests_shed_total{reason=\"deadline\"} %ld",
                    shed);
+    /* every pause ended: their sum, give or take a scrape that read its
+     * clock just after a pause's end (it is never taken back) */
+    mt_assert_line(s, "keylessd_accept_paused 0");
+    double pd = mt_value(s, "keylessd_accept_paused_seconds_total ") -
+                (double)paused / 1e9;
+    if (pd < -1e-6 || pd > 1e-3)
+        fail_msg("accept pauses: %g s off the writers' sum", pd);
     for (int i = 0; i < WRITERS; i++) {
         char prefix[64];
         snprintf(prefix, sizeof prefix,
