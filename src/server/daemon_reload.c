@@ -6,6 +6,8 @@
  *    unreadable) does not replace a store that had keys;
  *  - certificate files that fail the checks keep the old certificate and
  *    CA: the server never stops being able to accept connections;
+ *  - certificate files that load to what is serving keep the serving TLS
+ *    context, and so its sessions (tls_unchanged);
  *  - options that cannot change while running are reported, not applied. */
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +136,22 @@ static bool reload_acl(kl_reloader *r, const kl_config *cfg)
     return true;
 }
 
+/* Whether the TLS context just built equals the one serving (the same
+ * certificate chain, CA and options as loaded: kl_tls_ctx_same). Then the
+ * serving context stays, and with it its session cache: a reload for keys
+ * or access lists, or a SIGHUP with the same files, does not make every
+ * edge pay a full handshake (issue 5, reconnect storms). A changed CA or
+ * identity gets a new context, whose empty cache resumes no session made
+ * under the old one. Only this (main) thread swaps srv->tls_res; the lock
+ * is for the shards that read it. */
+static bool tls_unchanged(kl_server *srv, const kl_tls_ctx *fresh)
+{
+    pthread_mutex_lock(&srv->res_mu);
+    bool same = srv->tls_res && kl_tls_ctx_same(srv->tls_res->obj, fresh);
+    pthread_mutex_unlock(&srv->res_mu);
+    return same;
+}
+
 typedef struct diff {
     const kl_keystore *other;
     size_t missing;
@@ -204,7 +222,12 @@ void kl_reloader_run(kl_reloader *r, const char *why)
     if (!tls)
         kl_error("reload: keeping the previous auth_cert, auth_key and CA "
                  "(problems above)");
+    bool same_tls = tls && tls_unchanged(r->srv, tls);
     ok = ok && tls && p.errors == 0;
+    if (same_tls) {
+        kl_tls_ctx_free(tls);
+        tls = NULL;
+    }
     ok = reload_acl(r, cfg) && ok;
     if (kl_server_swap(r->srv, ks, tls) != KL_OK) {
         kl_error("reload: out of memory; nothing changed");
@@ -219,9 +242,11 @@ void kl_reloader_run(kl_reloader *r, const char *why)
                                          (int)kl_keystore_token_sessions(ks));
         }
         kl_info("reloaded: %zu keys (%zu added, %zu removed, %zu failed), "
-                "%s certificate; generation %llu",
+                "%s; generation %llu",
                 kl_keystore_count(r->keys), added, removed, key_errors,
-                tls ? "new" : "previous",
+                tls        ? "new certificate"
+                : same_tls ? "unchanged certificate and CA (TLS sessions kept)"
+                           : "previous certificate",
                 (unsigned long long)kl_server_generation(r->srv));
     }
     kl_watcher_set(r->watch, cfg);

@@ -24,8 +24,9 @@ void kl_reloader_set_ext(kl_reloader *r, struct kl_daemon_ext *x);
 /* Re-reads the configuration (same flags, environment, file), warns about
  * options that need a restart, builds a new key store (a key that fails
  * is reported and skipped) and, if the certificate files pass the checks,
- * a new TLS context, and swaps them into the server. Tells systemd
- * RELOADING=1, then READY=1. why: for the log. */
+ * a new TLS context, and swaps them into the server (a TLS context equal
+ * to the serving one is dropped instead, so that sessions resume across
+ * the reload). Tells systemd RELOADING=1, then READY=1. why: for the log. */
 void kl_reloader_run(kl_reloader *r, const char *why);
 
 /* The inotify descriptor to poll (-1: none), and whether its pending

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -16,6 +17,9 @@
 struct kl_tls_ctx {
     SSL_CTX *ssl_ctx;
     bool is_server;
+    /* SHA-256 of what the context was built from (material_digest):
+     * equal digests, equal behaviour towards every peer */
+    unsigned char material[32];
 };
 
 struct kl_tls_conn {
@@ -147,6 +151,106 @@ static int remember_peer(int ok, X509_STORE_CTX *st)
     return ok;
 }
 
+static long session_cache_size(const kl_tls_opts *o)
+{
+    return o->session_cache > 0 ? o->session_cache : 20480;
+}
+
+/* Feeds one item (a certificate's DER, the options) into the digest,
+ * length first so that no two sequences of items hash alike. */
+static bool hash_item(EVP_MD_CTX *md, const void *p, size_t len)
+{
+    uint64_t n = len;
+    return EVP_DigestUpdate(md, &n, sizeof n) == 1 &&
+           EVP_DigestUpdate(md, p, len) == 1;
+}
+
+static bool hash_der(EVP_MD_CTX *md, const X509 *x)
+{
+    unsigned char *der = NULL;
+    int n = i2d_X509(x, &der);
+    bool ok = n > 0 && hash_item(md, der, (size_t)n);
+    OPENSSL_free(der);
+    return ok;
+}
+
+/* SHA-256 of one trusted object's DER, for sorting (the store's order is
+ * OpenSSL's business). */
+static bool object_digest(const X509_OBJECT *obj, unsigned char out[32])
+{
+    X509 *x = X509_OBJECT_get0_X509(obj);
+    X509_CRL *crl = X509_OBJECT_get0_X509_CRL(obj);
+    unsigned char *der = NULL;
+    int n = x ? i2d_X509(x, &der) : crl ? i2d_X509_CRL(crl, &der) : 0;
+    /* a one-byte prefix keeps a certificate and a CRL apart */
+    unsigned char kind = x ? 'C' : 'R';
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    bool ok = n > 0 && md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+              EVP_DigestUpdate(md, &kind, 1) == 1 &&
+              EVP_DigestUpdate(md, der, (size_t)n) == 1 &&
+              EVP_DigestFinal_ex(md, out, NULL) == 1;
+    EVP_MD_CTX_free(md);
+    OPENSSL_free(der);
+    return ok;
+}
+
+static int cmp32(const void *a, const void *b)
+{
+    return memcmp(a, b, 32);
+}
+
+/* What decides how the context treats a peer, as loaded (not the files'
+ * names or times, and read from the context itself, so that a file
+ * rewritten between two reads cannot make a stale digest): the options,
+ * the own certificate chain (the private key is the one that matches the
+ * leaf, checked at load), and every certificate and CRL trusted for peer
+ * verification. A reload compares it with the serving context's to keep
+ * that context, and so its session cache (kl_tls_ctx_same). Runs before
+ * the context is shared: no other thread touches its store. */
+static bool material_digest(SSL_CTX *ctx, const kl_tls_opts *o, bool is_server,
+                            unsigned char out[32])
+{
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1;
+    long long opts[] = {
+        is_server,
+        is_server ? o->disable_tls13 : o->tls12_only,
+        o->verify_time,
+        is_server ? session_cache_size(o) : 0,
+    };
+    ok = ok && hash_item(md, opts, sizeof opts);
+    X509 *leaf = SSL_CTX_get0_certificate(ctx);
+    ok = ok && (!leaf || hash_der(md, leaf));
+    STACK_OF(X509) *chain = NULL;
+    if (ok && leaf && SSL_CTX_get0_chain_certs(ctx, &chain) == 1 && chain)
+        for (int i = 0; ok && i < sk_X509_num(chain); i++)
+            ok = hash_der(md, sk_X509_value(chain, i));
+
+    STACK_OF(X509_OBJECT) *objs =
+        X509_STORE_get0_objects(SSL_CTX_get_cert_store(ctx));
+    int n = objs ? sk_X509_OBJECT_num(objs) : 0;
+    unsigned char(*each)[32] = n > 0 ? calloc((size_t)n, 32) : NULL;
+    ok = ok && (n == 0 || each);
+    int kept = 0;
+    for (int i = 0; ok && i < n; i++) {
+        const X509_OBJECT *obj = sk_X509_OBJECT_value(objs, i);
+        int type = X509_OBJECT_get_type(obj);
+        if (type != X509_LU_X509 && type != X509_LU_CRL)
+            continue;
+        ok = object_digest(obj, each[kept++]);
+    }
+    if (ok && kept > 0)
+        qsort(each, (size_t)kept, 32, cmp32);
+    uint64_t count = (uint64_t)kept;
+    ok = ok && hash_item(md, &count, sizeof count);
+    for (int i = 0; ok && i < kept; i++)
+        ok = EVP_DigestUpdate(md, each[i], 32) == 1;
+    free(each);
+    ok = ok && EVP_DigestFinal_ex(md, out, NULL) == 1;
+    EVP_MD_CTX_free(md);
+    return ok;
+}
+
 static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
                            size_t errlen)
 {
@@ -215,7 +319,10 @@ static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
          * from the cache a resumed handshake costs ~220 us - what decides
          * a reconnect storm of thousands of edges (issue 5, bench/RESULTS
          * "reconnect storm"). One context serves every shard, so one
-         * cache does too; a reload's new context starts an empty one. */
+         * cache does too. A reload keeps the serving context, cache and
+         * all, when the new one was built from the same material
+         * (kl_tls_ctx_same); a new context starts an empty cache, so no
+         * session outlives a change of CA or identity. */
         SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
         /* One TLS 1.3 ticket per connection: a stateful ticket is used
          * once, so a resumption takes one cache entry and adds one. With
@@ -225,8 +332,7 @@ static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
          * 100%; test_tls_resume, bench "reconnect storm"). */
         SSL_CTX_set_num_tickets(ctx, 1);
         SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
-        SSL_CTX_sess_set_cache_size(ctx, o->session_cache > 0 ? o->session_cache
-                                                              : 20480);
+        SSL_CTX_sess_set_cache_size(ctx, session_cache_size(o));
     } else if (o->ca_file) {
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
         SSL_CTX_set_purpose(ctx, X509_PURPOSE_SSL_SERVER);
@@ -239,6 +345,10 @@ static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
     kl_tls_ctx *t = calloc(1, sizeof *t);
     if (!t)
         goto fail_generic;
+    if (!material_digest(ctx, o, is_server, t->material)) {
+        free(t);
+        goto fail_generic;
+    }
     t->ssl_ctx = ctx;
     t->is_server = is_server;
     return t;
@@ -260,6 +370,12 @@ kl_tls_ctx *kl_tls_client_ctx_new(const kl_tls_opts *o, char *err,
                                   size_t errlen)
 {
     return ctx_new(o, false, err, errlen);
+}
+
+bool kl_tls_ctx_same(const kl_tls_ctx *a, const kl_tls_ctx *b)
+{
+    return a && b && a->is_server == b->is_server &&
+           memcmp(a->material, b->material, sizeof a->material) == 0;
 }
 
 void kl_tls_ctx_free(kl_tls_ctx *ctx)

@@ -41,6 +41,15 @@ kl_tls_ctx *kl_tls_server_ctx_new(const kl_tls_opts *o, char *err,
 kl_tls_ctx *kl_tls_client_ctx_new(const kl_tls_opts *o, char *err,
                                   size_t errlen);
 
+/* True when both contexts were built from the same material: the same
+ * options, own certificate chain and trusted CA certificates/CRLs (the
+ * loaded DER, not file names or times). A reload keeps the serving context
+ * then - and with it the session cache, so that edges resume across it;
+ * any difference means a new context whose cache starts empty, so that no
+ * session established under a removed CA (or an old identity) resumes.
+ * Safe from any thread: the digest is fixed at creation. */
+bool kl_tls_ctx_same(const kl_tls_ctx *a, const kl_tls_ctx *b);
+
 void kl_tls_ctx_free(kl_tls_ctx *ctx);
 
 /* Results of I/O on a connection. */

@@ -1,0 +1,176 @@
+/* kl_tls_ctx_same (issue 5, resumption across a reload): two server
+ * contexts are "the same" exactly when what they were built from is -
+ * options, own chain, trusted CAs as loaded - and not when only a file
+ * name, the order of the CAs in the file or the PEM text around them
+ * differs. A reload keeps the serving context (and its sessions) on
+ * "same", so a false "same" after a CA change would let sessions survive
+ * a CA removal. Certificates are made with the openssl CLI. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tls/tls.h"
+
+static char dir[256];
+
+static void sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[4400];
+    snprintf(full, sizeof full, "cd %s && (%s) >/dev/null 2>&1", dir, cmd);
+    if (system(full) != 0)
+        fail_msg("command failed: %s", cmd);
+}
+
+static const char *path(const char *name)
+{
+    static char buf[8][512];
+    static int i;
+    i = (i + 1) % 8;
+    snprintf(buf[i], sizeof buf[i], "%s/%s", dir, name);
+    return buf[i];
+}
+
+/* Two CAs, two server certificates from the first, and CA bundles. */
+static int make_pki(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/kl-tls-same-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    const char *ca =
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+        "-nodes -days 2 -subj /CN=%s -keyout %s.key -out %s.pem "
+        "-addext basicConstraints=critical,CA:TRUE "
+        "-addext keyUsage=critical,keyCertSign,cRLSign";
+    sh(ca, "test-ca", "ca", "ca");
+    sh(ca, "other-ca", "other", "other");
+    const char *leaf =
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+        "-subj /CN=localhost -keyout %s.key -out %s.csr && "
+        "printf '%%s\\n' 'basicConstraints=CA:FALSE' "
+        "'extendedKeyUsage=serverAuth' 'subjectAltName=DNS:localhost' "
+        "> %s.ext && openssl x509 -req -in %s.csr -CA ca.pem -CAkey ca.key "
+        "-CAcreateserial -days 2 -extfile %s.ext -out %s.pem";
+    sh(leaf, "server", "server", "server", "server", "server", "server");
+    sh(leaf, "server2", "server2", "server2", "server2", "server2", "server2");
+    sh("cp ca.pem ca-copy.pem");
+    sh("cat ca.pem other.pem > both.pem && cat other.pem ca.pem > "
+       "both-reversed.pem");
+    /* the same certificate with text around it, as `openssl x509 -text`
+     * writes it */
+    sh("openssl x509 -in ca.pem -text > ca-text.pem");
+    return 0;
+}
+
+static int remove_pki(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+typedef struct variant {
+    const char *cert, *ca;
+    bool no13;
+    long long verify_time;
+    long session_cache;
+} variant;
+
+static kl_tls_ctx *build(variant v)
+{
+    kl_tls_opts o = {
+        .cert_file = path(v.cert ? v.cert : "server.pem"),
+        .ca_file = path(v.ca ? v.ca : "ca.pem"),
+        .disable_tls13 = v.no13,
+        .verify_time = v.verify_time,
+        .session_cache = v.session_cache,
+    };
+    char key[64];
+    snprintf(key, sizeof key, "%.*s.key",
+             (int)(strlen(v.cert ? v.cert : "server.pem") - 4),
+             v.cert ? v.cert : "server.pem");
+    o.key_file = path(key);
+    char err[512];
+    kl_tls_ctx *t = kl_tls_server_ctx_new(&o, err, sizeof err);
+    if (!t)
+        fail_msg("%s", err);
+    return t;
+}
+
+static bool same(variant a, variant b)
+{
+    kl_tls_ctx *x = build(a), *y = build(b);
+    bool r = kl_tls_ctx_same(x, y);
+    assert_true(kl_tls_ctx_same(y, x) == r);
+    kl_tls_ctx_free(x);
+    kl_tls_ctx_free(y);
+    return r;
+}
+
+static void test_same_material_is_same(void **state)
+{
+    (void)state;
+    variant base = {0};
+    assert_true(same(base, base));
+    /* another file with the same bytes */
+    assert_true(same(base, (variant){.ca = "ca-copy.pem"}));
+    /* the same certificate with other PEM text around it */
+    assert_true(same(base, (variant){.ca = "ca-text.pem"}));
+    /* the same CAs in another order */
+    assert_true(same((variant){.ca = "both.pem"},
+                     (variant){.ca = "both-reversed.pem"}));
+    /* the default session cache size, spelt out */
+    assert_true(same(base, (variant){.session_cache = 20480}));
+}
+
+static void test_changed_material_differs(void **state)
+{
+    (void)state;
+    variant base = {0};
+    /* a CA added, a CA replaced */
+    assert_false(same(base, (variant){.ca = "both.pem"}));
+    assert_false(same(base, (variant){.ca = "other.pem"}));
+    /* another server identity from the same CA */
+    assert_false(same(base, (variant){.cert = "server2.pem"}));
+    /* options */
+    assert_false(same(base, (variant){.no13 = true}));
+    assert_false(same(base, (variant){.verify_time = 1700000000}));
+    assert_false(same(base, (variant){.session_cache = 100}));
+}
+
+static void test_no_context_is_never_same(void **state)
+{
+    (void)state;
+    kl_tls_ctx *x = build((variant){0});
+    assert_false(kl_tls_ctx_same(x, NULL));
+    assert_false(kl_tls_ctx_same(NULL, x));
+    /* a client context from the same files is not a server context */
+    kl_tls_opts o = {.cert_file = path("server.pem"),
+                     .key_file = path("server.key"),
+                     .ca_file = path("ca.pem")};
+    char err[512];
+    kl_tls_ctx *c = kl_tls_client_ctx_new(&o, err, sizeof err);
+    assert_non_null(c);
+    assert_false(kl_tls_ctx_same(x, c));
+    kl_tls_ctx_free(c);
+    kl_tls_ctx_free(x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_material_is_same),
+        cmocka_unit_test(test_changed_material_differs),
+        cmocka_unit_test(test_no_context_is_never_same),
+    };
+    return cmocka_run_group_tests(tests, make_pki, remove_pki);
+}
