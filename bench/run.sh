@@ -104,15 +104,17 @@ pick_port() {
 pick_port
 
 # ---- the server -------------------------------------------------------------
-start_server() { # SHARDS
+start_server() { # SHARDS [EXTRA KEYLESSD FLAGS...]
+    local shards=$1
+    shift
     for _try in 1 2 3; do
         # no metrics listener: its fixed default port could clash with
         # another keylessd on this machine (and /metrics is not measured)
         KEYLESS_METRICS_PORT=0 "$KEYLESSD" --listen-address=127.0.0.1 \
             --port=$PORT --auth-cert="$PKI/server.crt" \
             --auth-key="$PKI/server.key" --cloudflare-ca-cert="$PKI/ca.crt" \
-            --private-key-dirs="$WORK/keys" --shards="$1" --workers=0 \
-            --loglevel=2 --idle-timeout=10m >"$WORK/keylessd.log" 2>&1 &
+            --private-key-dirs="$WORK/keys" --shards="$shards" --workers=0 \
+            --loglevel=2 --idle-timeout=10m "$@" >"$WORK/keylessd.log" 2>&1 &
         SERVER_PID=$!
         for _ in $(seq 100); do
             if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
@@ -334,6 +336,28 @@ scenario "ecdsa-p256-iso-rsa4096" ecdsa-p256 \
     "open loop $iso_rate/s next to 64 RSA-4096 in flight (server CPU: both)" \
     -pubkey "$(pub ecdsa-p256)" -connections 1 -rate $iso_rate
 NEIGHBOUR=()
+stop_server
+
+# The open loop again with keylessd's loops and workers under SCHED_FIFO
+# (--realtime-priority, docs/DESIGN.md "Real-time event loops"): a woken
+# loop runs at once instead of waiting a scheduler slice behind the client.
+# The closed loop shows its cost when the client shares the cores.
+start_server 0 --realtime-priority=1
+if grep -q "refused SCHED_FIFO" "$WORK/keylessd.log"; then
+    log "realtime rows skipped: $(grep -o 'the kernel refused[^;]*' "$WORK/keylessd.log")"
+else
+    rate=$(($(median_ops ecdsa-p256-8x64) / 2))
+    [ $rate -gt 0 ] || rate=100
+    scenario "ecdsa-p256-open50-rt" ecdsa-p256 \
+        "open loop at 50% of peak ($rate/s), 8 connections, keylessd --realtime-priority=1" \
+        -pubkey "$(pub ecdsa-p256)" -connections 8 -rate $rate
+    scenario "ecdsa-p256-open50-tick-rt" ecdsa-p256 \
+        "open loop at 50% of peak ($rate/s), 8 connections, -tick 100us, keylessd --realtime-priority=1" \
+        -pubkey "$(pub ecdsa-p256)" -connections 8 -rate $rate -tick 100us
+    scenario "ecdsa-p256-8x64-rt" ecdsa-p256 \
+        "8 x 64, keylessd --realtime-priority=1 (the client gets the CPU keylessd leaves)" \
+        -pubkey "$(pub ecdsa-p256)" -connections 8 -depth 64
+fi
 stop_server
 
 start_server 1

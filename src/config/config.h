@@ -65,6 +65,7 @@ typedef struct kl_config {
     uint64_t activation_timeout_ns; /* whole Origin CA API call */
     int shards;                     /* 0: number of CPUs */
     int workers;                    /* 0: number of CPUs */
+    int realtime_priority;          /* 0: normal scheduling (core/sched.h) */
     int max_inflight_per_conn;
     int max_inflight;
     uint64_t idle_timeout_ns;

@@ -272,6 +272,23 @@ static const kl_option options[] = {
      .metavar = "N",
      .help = "crypto worker threads (0: one per CPU)",
      .group = G_LIMITS},
+    {.name = "realtime_priority",
+     .type = KL_OPT_INT,
+     .offset = F(realtime_priority),
+     .min = 0,
+     .max = 98,
+     .def = "0",
+     .env = "KEYLESS_REALTIME_PRIORITY",
+     .flag = "realtime-priority",
+     .metavar = "N",
+     .help = "0: normal scheduling. 1-98: event-loop threads run SCHED_FIFO "
+             "at N+1 and crypto workers at N, so that a woken loop never "
+             "waits a scheduler slice for the CPU (lower tail latency when "
+             "other processes share the cores; they get the CPU only when "
+             "keylessd leaves it). Needs CAP_SYS_NICE or RLIMIT_RTPRIO >= "
+             "N+1; refused, keylessd warns and serves with normal "
+             "scheduling",
+     .group = G_LIMITS},
     {.name = "max_inflight_per_conn",
      .type = KL_OPT_INT,
      .offset = F(max_inflight_per_conn),

@@ -44,6 +44,7 @@
 #include <openssl/crypto.h>
 
 #include "core/log.h"
+#include "core/sched.h"
 #include "core/time.h"
 #include "crypto/pool.h"
 
@@ -274,6 +275,7 @@ static void *worker_main(void *arg)
 {
     kl_pool *p = arg;
     pthread_setname_np(pthread_self(), "kl-worker"); /* top -H, perf */
+    kl_sched_thread_start(KL_THREAD_WORKER);         /* realtime_priority */
     defer.on = true;
     pthread_mutex_lock(&p->mu);
     for (;;) {

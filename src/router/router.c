@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/sched.h"
 #include "core/time.h"
 #include "router/dns.h"
 #include "router/router_int.h"
@@ -409,6 +410,7 @@ static void *router_main(void *arg)
 {
     kl_router *r = arg;
     pthread_setname_np(pthread_self(), "kl-router"); /* top -H, perf */
+    kl_sched_thread_start(KL_THREAD_LOOP); /* realtime_priority */
     if (kl_loop_run(r->loop) != KL_OK)
         kl_error("router: event loop failed; routed requests are answered "
                  "`internal error`");

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/sched.h"
 #include "core/sdnotify.h"
 #include "core/time.h"
 #include "crypto/pool.h"
@@ -174,6 +175,8 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
     int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     /* HSM keys run on blocking workers, as many as the tokens have
      * sessions (architecture 2: blocking back ends). */
+    /* before any serving thread starts: they apply it themselves */
+    kl_sched_configure(cfg->realtime_priority);
     kl_pool_opts po = {
         .workers = cfg->workers,
         .blocking_workers = (int)kl_keystore_token_sessions(ks),

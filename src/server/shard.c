@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/sched.h"
 #include "core/time.h"
 #include "server/internal.h"
 
@@ -404,6 +405,7 @@ void *kl_shard_main(void *arg)
     char name[16]; /* top -H and perf show which thread is which */
     snprintf(name, sizeof name, "kl-shard-%d", s->index);
     pthread_setname_np(pthread_self(), name);
+    kl_sched_thread_start(KL_THREAD_LOOP); /* realtime_priority */
     if (kl_watch_start(s->loop, &s->listen_watch, s->listen_fd, KL_EV_READ,
                        on_listen, s) != KL_OK) {
         kl_error("shard %d: cannot watch the listening socket", s->index);
