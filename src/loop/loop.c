@@ -79,6 +79,11 @@ uint64_t kl_loop_now(const kl_loop *l)
     return l->now_ns;
 }
 
+bool kl_loop_awake(kl_loop *l)
+{
+    return atomic_load_explicit(&l->wake_pending, memory_order_relaxed);
+}
+
 uint64_t kl_loop_busy_ns(const kl_loop *l)
 {
     return l->busy_ns;

@@ -64,6 +64,10 @@ void kl_loop_stop(kl_loop *l);
 
 /* The monotonic time of the current turn (cheap: cached per turn). */
 uint64_t kl_loop_now(const kl_loop *l);
+/* Whether the loop is working rather than waiting in epoll_wait: a hint
+ * for other threads (relaxed read of the flag the wake-up protocol keeps;
+ * true from the end of one wait to the start of the next). */
+bool kl_loop_awake(kl_loop *l);
 /* Nanoseconds the loop spent working - running callbacks, timers and the
  * before-sleep hook - rather than waiting in epoll_wait, since it was
  * created. Its own thread only (metrics: keylessd_loop_busy_seconds). */

@@ -191,6 +191,7 @@ struct kl_server {
     uint16_t port;
     int nshards;
     kl_shard *shards;
+    int ncpus; /* CPUs this process may run on (kl_shard_may_inline) */
     atomic_uint inflight; /* process-wide requests in flight */
     atomic_bool stopping;
     /* the current key store and TLS context, swapped by kl_server_swap */

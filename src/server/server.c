@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,18 @@ static void apply_defaults(kl_server_opts *o)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o->shards = n > 0 ? (int)n : 1;
     }
+}
+
+/* The CPUs this process may run on (its affinity mask: taskset and
+ * cpusets count), at least 1. */
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }
 
 /* One listening socket per shard on the same address (SO_REUSEPORT): the
@@ -154,6 +167,7 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
         return NULL;
     }
     srv->port = o->port;
+    srv->ncpus = usable_cpus();
     for (int i = 0; i < srv->o.shards; i++) {
         kl_shard *s = &srv->shards[i];
         if (kl_shard_init(s, srv, i, err, errlen) != KL_OK) {

@@ -116,11 +116,31 @@ void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj)
     free(sj);
 }
 
+/* Whether the pool's workers have a CPU that no shard is working on:
+ * fewer shards awake than CPUs (a hint, read without locks). Busy workers
+ * do not count: they are where the spilled work would go. */
+static bool cpu_to_spare(const kl_shard *s)
+{
+    const kl_server *srv = s->srv;
+    int awake = 0;
+    for (int i = 0; i < srv->nshards && awake < srv->ncpus; i++)
+        awake += kl_loop_awake(srv->shards[i].loop);
+    return awake < srv->ncpus;
+}
+
 bool kl_shard_may_inline(const kl_shard *s)
 {
+    if (!s->inline_ns)
+        return false;
     /* the turn's clock is read when epoll_wait returns: the budget covers
      * everything the turn runs, the before-sleep reads included */
-    return s->inline_ns && kl_now_ns() - kl_loop_now(s->loop) < s->inline_ns;
+    if (kl_now_ns() - kl_loop_now(s->loop) < s->inline_ns)
+        return true;
+    /* Past it, the pool takes the rest only if a CPU is free to run it:
+     * with every CPU busy a hand-off moves the work to the same CPUs and
+     * adds its own cost (docs/DESIGN.md "Spill only to a free CPU"). The
+     * turn still ends: reads are bounded per connection and turn. */
+    return !cpu_to_spare(s);
 }
 
 void kl_shard_routed_flush(void *arg)

@@ -172,6 +172,48 @@ static void test_cross_thread_wake(void **state)
     kl_loop_free(l);
 }
 
+/* kl_loop_awake (the shards' spill rule reads it from other threads):
+ * false while the loop waits in epoll_wait, true while it runs callbacks. */
+typedef struct {
+    kl_loop *loop;
+    bool awake_in_callback;
+} awake_state;
+
+static void on_wake_awake(kl_loop *l, void *arg)
+{
+    awake_state *as = arg;
+    as->awake_in_callback = kl_loop_awake(l);
+    kl_loop_stop(l);
+}
+
+static void *awake_observer(void *arg)
+{
+    awake_state *as = arg;
+    /* the loop goes to sleep with no timer: seen asleep within 2 s */
+    bool seen_asleep = false;
+    for (int i = 0; i < 2000 && !seen_asleep; i++) {
+        usleep(1000);
+        seen_asleep = !kl_loop_awake(as->loop);
+    }
+    kl_loop_wake(as->loop);
+    return (void *)(uintptr_t)seen_asleep;
+}
+
+static void test_awake_hint(void **state)
+{
+    kl_loop *l = kl_loop_new();
+    awake_state as = {.loop = l};
+    kl_loop_set_wake_fn(l, on_wake_awake, &as);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, awake_observer, &as), 0);
+    assert_int_equal(kl_loop_run(l), KL_OK);
+    void *seen_asleep;
+    pthread_join(th, &seen_asleep);
+    assert_true((uintptr_t)seen_asleep);
+    assert_true(as.awake_in_callback);
+    kl_loop_free(l);
+}
+
 static void test_wakes_coalesce(void **state)
 {
     kl_loop *l = kl_loop_new();
@@ -364,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_timer_stop_and_rearm),
         cmocka_unit_test(test_timer_heap_many),
         cmocka_unit_test(test_cross_thread_wake),
+        cmocka_unit_test(test_awake_hint),
         cmocka_unit_test(test_wakes_coalesce),
         cmocka_unit_test(test_wake_storm_loses_nothing),
         cmocka_unit_test(test_fd_readiness_and_interest),
