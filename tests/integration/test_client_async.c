@@ -338,7 +338,7 @@ static void test_deadline_in_flight(void **state)
     slot slow;
     memset(&slow, 0, sizeof slow);
     kl_request_spec s = ec_sign(slow.digest);
-    assert_int_equal(kill(d.pid, SIGSTOP), 0);
+    td_freeze(&d);
     double t0 = td_now_ms();
     assert_int_equal(kl_async_submit(t, &s, 100, on_result, &slow, NULL),
                      KL_OK);

@@ -300,7 +300,7 @@ static void test_hung_server_found_by_ping(void **state)
     assert_int_equal(kl_target_call(t, &s, 3000, &r), KL_OK);
     kl_client_result_free(&r);
     assert_int_equal(kl_target_active_server(t), 0);
-    td_signal(&a, SIGSTOP);
+    td_freeze(&a);
     double end = td_now_ms() + 600;
     while (td_now_ms() < end && kl_target_active_server(t) == 0)
         pump(t, 20);

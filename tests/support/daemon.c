@@ -2,6 +2,7 @@
 #include "daemon.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -284,6 +285,46 @@ void td_signal(td_daemon *d, int sig)
         kill(d->pid, sig);
 }
 
+/* Whether every thread of pid is stopped (state T in /proc). */
+static bool all_stopped(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *dir = opendir(path);
+    if (!dir)
+        return false;
+    bool stopped = true;
+    struct dirent *e;
+    while (stopped && (e = readdir(dir))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char stat[512], buf[512];
+        snprintf(stat, sizeof stat, "%s/%s/stat", path, e->d_name);
+        FILE *f = fopen(stat, "r");
+        if (!f)
+            continue; /* the thread exited */
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *close = strrchr(buf, ')');
+        stopped = close && close[1] == ' ' && close[2] == 'T';
+    }
+    closedir(dir);
+    return stopped;
+}
+
+void td_freeze(td_daemon *d)
+{
+    assert_true(d->pid > 0);
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    /* kill() returns once the signal is queued: a thread running on
+     * another CPU may still answer a request written now */
+    for (int i = 0; i < 2000 && !all_stopped(d->pid); i++)
+        usleep(1000);
+    if (!all_stopped(d->pid))
+        fail_msg("%s: not stopped 2 s after SIGSTOP", d->name);
+}
+
 int td_wait(td_daemon *d, int timeout_ms)
 {
     if (d->pid <= 0)
@@ -310,6 +351,9 @@ int td_stop(td_daemon *d, int timeout_ms)
     if (timeout_ms <= 0)
         timeout_ms = 15000;
     kill(d->pid, SIGTERM);
+    /* a test that failed while the daemon was frozen (td_freeze) must not
+     * leave it unable to act on the SIGTERM */
+    kill(d->pid, SIGCONT);
     int st = td_wait(d, timeout_ms);
     if (st == -2) {
         fprintf(stderr, "%s did not exit %d ms after SIGTERM: killing it\n",

@@ -42,6 +42,10 @@ void td_start(td_daemon *d, const td_opts *o);
 int td_stop(td_daemon *d, int timeout_ms);
 /* Sends a signal without waiting. */
 void td_signal(td_daemon *d, int sig);
+/* SIGSTOP, then waits until every thread of the daemon is stopped (fails
+ * the test after 2 s). Resume with td_signal(d, SIGCONT); td_stop resumes
+ * a daemon left frozen by a failed test. */
+void td_freeze(td_daemon *d);
 /* Waits up to timeout_ms for the daemon to exit by itself; returns its
  * status as td_stop does, or -2 when it is still running. */
 int td_wait(td_daemon *d, int timeout_ms);
