@@ -81,6 +81,7 @@ struct bworker {
     bconn *conns;
     size_t nconns;
     int epfd, tfd;
+    bool no_pwait2; /* an old kernel: the timerfd wakes the loop */
     uint64_t rnd;
     breq *free, *chunks;
     /* open loop */
@@ -139,6 +140,7 @@ struct bench {
     uint64_t t_start, t_measure, t_end;
     uint64_t measured_ns, elapsed_ns;
     double cpu_user_s, cpu_sys_s;
+    bool stopped; /* the process was stopped and resumed during the run */
     uint64_t last_prog_ok, last_prog_ns;
     volatile sig_atomic_t *stop; /* set by SIGINT/SIGTERM: end early */
 };

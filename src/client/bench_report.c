@@ -305,6 +305,9 @@ static void print_text(const bench *b, const totals *t)
            "operation\n",
            b->cpu_user_s, b->cpu_sys_s, wall > 0 ? 100 * cpu / wall : 0,
            dur(t->s.ok ? (uint64_t)(cpu * 1e9 / (double)t->s.ok) : 0, x));
+    if (b->stopped)
+        printf("Warning: keyless-bench was stopped and resumed (SIGSTOP/"
+               "SIGCONT) during the run: the figures include the stop\n");
 }
 
 static double us(uint64_t ns)
@@ -386,6 +389,7 @@ static void print_json(const bench *b, const totals *t)
                                                 1e6 / (double)t->s.ok
                                           : 0));
     json_object_set_new(j, "client_cpu", cpu);
+    json_object_set_new(j, "client_stopped", json_boolean(b->stopped));
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     if (text)
         printf("%s\n", text);

@@ -18,6 +18,7 @@
 #include "client/bench.h"
 #include "client/godur.h"
 #include "client/opnames.h"
+#include "client/target_int.h"
 #include "client/verify.h"
 #include "core/time.h"
 #include "keys/keystore.h"
@@ -344,6 +345,11 @@ int bench_connect(bench *b)
             free(chk);
             return fail("%s%s", err, NULL);
         }
+        /* keyless-bench ignores SIGPIPE for the whole run: the target
+         * need not check it on every round */
+        struct sigaction sa;
+        if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+            kl_tgt_set_sigpipe_ignored(b->conns[i].t);
     }
     for (size_t i = 0; i < b->nconns; i += CONNECT_BATCH) {
         size_t to =

@@ -157,10 +157,12 @@ typedef struct sigpipe_guard {
     bool was_pending; /* one was pending before (the caller's) */
 } sigpipe_guard;
 
-static void sigpipe_block(sigpipe_guard *g)
+static void sigpipe_block(sigpipe_guard *g, bool ignored)
 {
     struct sigaction sa;
     g->active = g->was_pending = false;
+    if (ignored) /* the caller said so (kl_tgt_set_sigpipe_ignored) */
+        return;
     /* ignored by the process (the usual choice of servers): nothing to
      * do, at the cost of one system call instead of three */
     if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
@@ -218,7 +220,7 @@ static void run_locked(kl_target *t)
         read(t->tfd, &drain, sizeof drain) > 0)
         t->timer_at = 0;
     sigpipe_guard g;
-    sigpipe_block(&g);
+    sigpipe_block(&g, t->sigpipe_ignored);
     /* answers already received count even when their deadline is now */
     for (size_t i = 0; i < t->nconns; i++)
         kl_tgt_conn_step(t, &t->conns[i], now);
@@ -244,6 +246,37 @@ kl_status kl_async_process(kl_target *t)
     pthread_mutex_unlock(&t->mu);
     kl_tgt_deliver(done);
     return st;
+}
+
+kl_status kl_tgt_flush(kl_target *t)
+{
+    pthread_mutex_lock(&t->mu);
+    kl_tgt_check_fork(t);
+    kl_status st = kl_tgt_runtime(t);
+    if (st == KL_OK) {
+        uint64_t now = kl_now_ns();
+        sigpipe_guard g;
+        sigpipe_block(&g, t->sigpipe_ignored);
+        kl_tgt_expire(t, now);
+        kl_tgt_ensure_connection(t, now);
+        kl_tconn *c = kl_tgt_ready_conn(t);
+        if (c)
+            kl_tgt_fill(t, c, now);
+        sigpipe_restore(&g);
+        rearm(t, kl_now_ns());
+    }
+    kl_treq *done = t->done_head;
+    t->done_head = t->done_tail = NULL;
+    pthread_mutex_unlock(&t->mu);
+    kl_tgt_deliver(done);
+    return st;
+}
+
+void kl_tgt_set_sigpipe_ignored(kl_target *t)
+{
+    pthread_mutex_lock(&t->mu);
+    t->sigpipe_ignored = true;
+    pthread_mutex_unlock(&t->mu);
 }
 
 int kl_async_fd(kl_target *t)
@@ -382,7 +415,7 @@ void kl_target_free(kl_target *t)
         return;
     bool mine = t->pid == 0 || t->pid == getpid();
     sigpipe_guard g;
-    sigpipe_block(&g);
+    sigpipe_block(&g, t->sigpipe_ignored);
     for (size_t i = 0; i < t->nconns; i++) {
         kl_tconn *c = &t->conns[i];
         /* close_notify only on our own connections, never a parent's */

@@ -109,6 +109,7 @@ struct kl_target {
     kl_retry_budget budget;
     uint64_t rnd;
     kl_target_stats stats;
+    bool sigpipe_ignored; /* kl_tgt_set_sigpipe_ignored: no guard needed */
 };
 
 static inline uint64_t kl_tgt_after_ms(uint64_t now, int ms)
@@ -160,5 +161,19 @@ void kl_tgt_expire(kl_target *t, uint64_t now);
 void kl_tgt_fill(kl_target *t, kl_tconn *c, uint64_t now);
 /* Runs the callbacks of a done list (lock not held) and frees it. */
 void kl_tgt_deliver(kl_treq *list);
+
+/* For a caller that drives the target from one thread and processes it
+ * itself after submitting (keyless-bench): no eventfd wake-up per round
+ * (two system calls) - kl_tgt_flush must follow. */
+KL_WUR kl_status kl_tgt_submit_local(kl_target *t, const kl_request_spec *spec,
+                                     int timeout_ms, kl_result_cb cb,
+                                     void *arg);
+/* Writes what was submitted (kl_async_process without reading the
+ * sockets: the caller's poller reports answers, and a read that finds
+ * nothing costs a system call). */
+KL_WUR kl_status kl_tgt_flush(kl_target *t);
+/* The process ignores SIGPIPE for good (SIG_IGN, set once by the caller):
+ * the target skips its per-round signal check. */
+void kl_tgt_set_sigpipe_ignored(kl_target *t);
 
 #endif

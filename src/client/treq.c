@@ -268,9 +268,9 @@ static kl_treq *req_new(const kl_request_spec *s)
     return r;
 }
 
-kl_status kl_async_submit(kl_target *t, const kl_request_spec *spec,
-                          int timeout_ms, kl_result_cb cb, void *arg,
-                          uint64_t *handle)
+static kl_status submit(kl_target *t, const kl_request_spec *spec,
+                        int timeout_ms, kl_result_cb cb, void *arg,
+                        uint64_t *handle, bool wake)
 {
     if (handle)
         *handle = 0;
@@ -309,9 +309,23 @@ kl_status kl_async_submit(kl_target *t, const kl_request_spec *spec,
     kl_tgt_q_push(t, r, false);
     if (handle)
         *handle = r->handle;
-    kl_tgt_wake(t);
+    if (wake)
+        kl_tgt_wake(t);
     pthread_mutex_unlock(&t->mu);
     return KL_OK;
+}
+
+kl_status kl_async_submit(kl_target *t, const kl_request_spec *spec,
+                          int timeout_ms, kl_result_cb cb, void *arg,
+                          uint64_t *handle)
+{
+    return submit(t, spec, timeout_ms, cb, arg, handle, true);
+}
+
+kl_status kl_tgt_submit_local(kl_target *t, const kl_request_spec *spec,
+                              int timeout_ms, kl_result_cb cb, void *arg)
+{
+    return submit(t, spec, timeout_ms, cb, arg, NULL, false);
 }
 
 kl_status kl_async_cancel(kl_target *t, uint64_t handle)
