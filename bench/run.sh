@@ -110,7 +110,8 @@ start_server() { # SHARDS [EXTRA KEYLESSD FLAGS...]
     for _try in 1 2 3; do
         # no metrics listener: its fixed default port could clash with
         # another keylessd on this machine (and /metrics is not measured)
-        KEYLESS_METRICS_PORT=0 "$KEYLESSD" --listen-address=127.0.0.1 \
+        KEYLESS_METRICS_PORT=0 "${SERVER_PREFIX[@]}" "$KEYLESSD" \
+            --listen-address=127.0.0.1 \
             --port=$PORT --auth-cert="$PKI/server.crt" \
             --auth-key="$PKI/server.key" --cloudflare-ca-cert="$PKI/ca.crt" \
             --private-key-dirs="$WORK/keys" --shards="$shards" --workers=0 \
@@ -186,6 +187,7 @@ scenario() {
     done
 }
 NEIGHBOUR=()
+SERVER_PREFIX=(env) # a command keylessd runs under (start_server)
 calc() { awk "BEGIN { print $1 }"; }
 
 median_ops() { # NAME: median ops/s of its runs
@@ -368,6 +370,15 @@ start_server 2
 scenario "ecdsa-p256-2shards" ecdsa-p256 "8 x 64, keylessd --shards=2" \
     -pubkey "$(pub ecdsa-p256)" -connections 8 -depth 64
 stop_server
+# scaling with the CPUs given to keylessd: one shard and one worker held to
+# CPU 0 (the client free to use both), against the 2 shards above
+SERVER_PREFIX=(taskset -c 0)
+start_server 1 --workers=1
+scenario "ecdsa-p256-1cpu" ecdsa-p256 \
+    "8 x 64, keylessd --shards=1 --workers=1 on one CPU (taskset -c 0)" \
+    -pubkey "$(pub ecdsa-p256)" -connections 8 -depth 64
+stop_server
+SERVER_PREFIX=(env)
 
 # ---- memory per idle connection ----------------------------------------------
 start_server 0
