@@ -249,6 +249,26 @@ uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
                            deadline_ns);
 
     EVP_PKEY *pkey = kl_key_pkey(key);
+    /* ECDSA: a key this thread has no context for signs with the key's own
+     * (made at load, next to the key: no setup, no cold per-thread table -
+     * docs/DESIGN.md "Many keys"); only when another thread has it lent
+     * does this thread set up one of its own. A context that failed is
+     * freed, not given back (the key falls back to per-thread ones). */
+    if (sp.fam == FAM_ECDSA && !kl_ctx_cache_peek(pkey, opcode)) {
+        EVP_PKEY_CTX *c = kl_key_take_sign_ctx(key);
+        if (c) {
+            size_t n = outcap;
+            int ok = EVP_PKEY_sign(c, out, &n, payload, plen) == 1;
+            if (ok) {
+                *out_len = n;
+                kl_key_give_sign_ctx(key, c);
+            } else {
+                EVP_PKEY_CTX_free(c);
+            }
+            ERR_clear_error();
+            return ok ? KL_ERR_NONE : KL_ERR_CRYPTO;
+        }
+    }
     kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, setup);
     uint8_t err;
     if (!e)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <openssl/crypto.h>
+#include <openssl/err.h>
 
 #include "core/log.h"
 #include "keys/store.h"
@@ -37,6 +38,7 @@ void kl_keystore_free(kl_keystore *ks)
     for (size_t i = 0; i < ks->count; i++) {
         /* EVP_PKEY_free wipes the private parts (BN_clear_free, secure
          * heap for Ed25519). */
+        EVP_PKEY_CTX_free(atomic_load(&ks->keys[i]->sign_ctx));
         EVP_PKEY_free(ks->keys[i]->pkey);
         kl_p11_key_free(ks->keys[i]->p11);
         free(ks->keys[i]);
@@ -158,6 +160,17 @@ kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
     memcpy(k->ski, ski, KL_SKI_LEN);
     k->info = *info;
     k->index = ks->count;
+    atomic_init(&k->sign_ctx, NULL);
+    if (info->type == KL_KEY_EC && !p11) {
+        /* made now, so that it is allocated next to the key (docs/DESIGN.md
+         * "Many keys"); without one, signing sets up a context per thread */
+        EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_from_pkey(NULL, pkey, NULL);
+        if (c && EVP_PKEY_sign_init(c) == 1)
+            atomic_init(&k->sign_ctx, c);
+        else
+            EVP_PKEY_CTX_free(c);
+        ERR_clear_error();
+    }
     memcpy(k->path, path, plen);
     ks->keys[ks->count++] = k;
     *probe(ks->table, ks->table_mask, ski) = k;
@@ -251,4 +264,20 @@ const char *kl_key_desc(const kl_key *k, char *buf, size_t len)
     default: snprintf(buf, len, "unknown"); break;
     }
     return buf;
+}
+
+EVP_PKEY_CTX *kl_key_take_sign_ctx(const kl_key *k)
+{
+    kl_key *m = (kl_key *)k; /* the slot is the one mutable part of a key */
+    /* a plain load first: a lent-out context costs no exclusive cache line */
+    if (!atomic_load_explicit(&m->sign_ctx, memory_order_relaxed))
+        return NULL;
+    return atomic_exchange_explicit(&m->sign_ctx, NULL, memory_order_acquire);
+}
+
+void kl_key_give_sign_ctx(const kl_key *k, EVP_PKEY_CTX *ctx)
+{
+    kl_key *m = (kl_key *)k;
+    EVP_PKEY_CTX_free(
+        atomic_exchange_explicit(&m->sign_ctx, ctx, memory_order_acq_rel));
 }

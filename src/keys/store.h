@@ -3,6 +3,8 @@
 #ifndef KL_KEYS_STORE_H
 #define KL_KEYS_STORE_H
 
+#include <stdatomic.h>
+
 #include "keys/decode.h"
 #include "keys/keystore.h"
 #include "keys/p11.h"
@@ -13,6 +15,10 @@ struct kl_key {
     uint8_t ski[KL_SKI_LEN];
     kl_key_info info;
     size_t index;
+    /* EC file keys: one ECDSA signing context, made at load right after the
+     * key (its memory sits next to the key's), lent to one thread at a time
+     * (kl_key_take_sign_ctx); NULL while lent out */
+    _Atomic(EVP_PKEY_CTX *) sign_ctx;
     char path[]; /* file or label */
 };
 
