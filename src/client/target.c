@@ -208,21 +208,23 @@ static void rearm(kl_target *t, uint64_t now)
     arm_timer(t, at);
 }
 
-/* One round of work under the lock. */
-static void run_locked(kl_target *t)
+/* One round of work under the lock: with reads, what the descriptors have
+ * for us (wake-up, timer, answers) first; then expiry, connecting and
+ * writing what is queued. */
+static void run_locked(kl_target *t, bool reads)
 {
     uint64_t drain, now = kl_now_ns();
     /* only what can be ready is read: wake() is the eventfd's one writer
      * and the timer fires at timer_at, both known under the lock */
-    if (t->woken && read(t->evfd, &drain, sizeof drain) > 0)
+    if (reads && t->woken && read(t->evfd, &drain, sizeof drain) > 0)
         t->woken = false;
-    if (t->timer_at && now >= t->timer_at &&
+    if (reads && t->timer_at && now >= t->timer_at &&
         read(t->tfd, &drain, sizeof drain) > 0)
         t->timer_at = 0;
     sigpipe_guard g;
     sigpipe_block(&g, t->sigpipe_ignored);
     /* answers already received count even when their deadline is now */
-    for (size_t i = 0; i < t->nconns; i++)
+    for (size_t i = 0; reads && i < t->nconns; i++)
         kl_tgt_conn_step(t, &t->conns[i], now);
     now = kl_now_ns();
     kl_tgt_expire(t, now);
@@ -234,13 +236,13 @@ static void run_locked(kl_target *t)
     rearm(t, kl_now_ns());
 }
 
-kl_status kl_async_process(kl_target *t)
+static kl_status process(kl_target *t, bool reads)
 {
     pthread_mutex_lock(&t->mu);
     kl_tgt_check_fork(t);
     kl_status st = kl_tgt_runtime(t);
     if (st == KL_OK)
-        run_locked(t);
+        run_locked(t, reads);
     kl_treq *done = t->done_head;
     t->done_head = t->done_tail = NULL;
     pthread_mutex_unlock(&t->mu);
@@ -248,28 +250,16 @@ kl_status kl_async_process(kl_target *t)
     return st;
 }
 
+kl_status kl_async_process(kl_target *t)
+{
+    return process(t, true);
+}
+
 kl_status kl_tgt_flush(kl_target *t)
 {
-    pthread_mutex_lock(&t->mu);
-    kl_tgt_check_fork(t);
-    kl_status st = kl_tgt_runtime(t);
-    if (st == KL_OK) {
-        uint64_t now = kl_now_ns();
-        sigpipe_guard g;
-        sigpipe_block(&g, t->sigpipe_ignored);
-        kl_tgt_expire(t, now);
-        kl_tgt_ensure_connection(t, now);
-        kl_tconn *c = kl_tgt_ready_conn(t);
-        if (c)
-            kl_tgt_fill(t, c, now);
-        sigpipe_restore(&g);
-        rearm(t, kl_now_ns());
-    }
-    kl_treq *done = t->done_head;
-    t->done_head = t->done_tail = NULL;
-    pthread_mutex_unlock(&t->mu);
-    kl_tgt_deliver(done);
-    return st;
+    /* no reads: the caller's poller reports answers, and a read that finds
+     * nothing costs a system call */
+    return process(t, false);
 }
 
 void kl_tgt_set_sigpipe_ignored(kl_target *t)
