@@ -39,18 +39,6 @@ static const char *softhsm_module(void)
     return NULL;
 }
 
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    if (system(cmd) != 0)
-        fail_msg("command failed: %s", cmd);
-}
-
 static int setup(void **state)
 {
     const char *module = softhsm_module();
@@ -61,18 +49,18 @@ static int setup(void **state)
      * environment it inherits. */
     char conf[512];
     snprintf(conf, sizeof conf, "%s/softhsm2.conf", dir);
-    sh("mkdir -p %s/tokens %s/keys && printf 'directories.tokendir = "
-       "%s/tokens\\nobjectstore.backend = file\\nlog.level = ERROR\\n' > %s",
-       dir, dir, dir, conf);
+    tu_sh("mkdir -p %s/tokens %s/keys && printf 'directories.tokendir = "
+          "%s/tokens\\nobjectstore.backend = file\\nlog.level = ERROR\\n' > %s",
+          dir, dir, dir, conf);
     setenv("SOFTHSM2_CONF", conf, 1);
-    sh("softhsm2-util --init-token --free --label kl-srv --pin %s "
-       "--so-pin 000000 >/dev/null",
-       PIN);
-    sh("openssl pkcs8 -topk8 -nocrypt -in %s -out %s/rsa.p8",
-       tp_path("keys/rsa-2048.key"), dir);
-    sh("softhsm2-util --import %s/rsa.p8 --token kl-srv --label rsa --id 01 "
-       "--pin %s >/dev/null && rm -f %s/rsa.p8",
-       dir, PIN, dir);
+    tu_sh("softhsm2-util --init-token --free --label kl-srv --pin %s "
+          "--so-pin 000000 >/dev/null",
+          PIN);
+    tu_sh("openssl pkcs8 -topk8 -nocrypt -in %s -out %s/rsa.p8",
+          tp_path("keys/rsa-2048.key"), dir);
+    tu_sh("softhsm2-util --import %s/rsa.p8 --token kl-srv --label rsa --id 01 "
+          "--pin %s >/dev/null && rm -f %s/rsa.p8",
+          dir, PIN, dir);
     char keys[512];
     snprintf(keys, sizeof keys, "%s/keys", dir);
     tp_copy_key(keys, tp_path("keys/ecdsa-p256.key"));
@@ -131,8 +119,10 @@ static void test_hsm_key_operations(void **state)
         in[i] = (uint8_t)(i * 7 + 1);
     for (size_t i = 0; i < sizeof ops; i++) {
         size_t len = kl_op_digest_len(ops[i]);
-        kl_request_spec s = {.opcode = ops[i], .payload = in,
-                             .payload_len = len, .ski = rsa_ski};
+        kl_request_spec s = {.opcode = ops[i],
+                             .payload = in,
+                             .payload_len = len,
+                             .ski = rsa_ski};
         kl_client_result r;
         td_call(&d, c, &s, &r);
         check_answer(&r, rsa_pub, ops[i], in, len);
@@ -147,8 +137,10 @@ static void test_hsm_key_operations(void **state)
     assert_int_equal(EVP_PKEY_CTX_set_rsa_padding(pc, RSA_PKCS1_PADDING), 1);
     assert_int_equal(EVP_PKEY_encrypt(pc, ct, &ctlen, msg, sizeof msg), 1);
     EVP_PKEY_CTX_free(pc);
-    kl_request_spec s = {.opcode = KL_OP_RSA_DECRYPT, .payload = ct,
-                         .payload_len = ctlen, .ski = rsa_ski};
+    kl_request_spec s = {.opcode = KL_OP_RSA_DECRYPT,
+                         .payload = ct,
+                         .payload_len = ctlen,
+                         .ski = rsa_ski};
     kl_client_result r;
     td_call(&d, c, &s, &r);
     assert_int_equal(r.opcode, KL_OP_RESPONSE);
@@ -166,8 +158,10 @@ static void test_hsm_key_operations(void **state)
 static void test_slow_hsm_does_not_delay_file_key(void **state)
 {
     kl_client *c = td_connect(&d);
-    kl_request_spec s = {.opcode = KL_OP_RSA_SIGN_SHA256, .payload = dg,
-                         .payload_len = sizeof dg, .ski = rsa_ski};
+    kl_request_spec s = {.opcode = KL_OP_RSA_SIGN_SHA256,
+                         .payload = dg,
+                         .payload_len = sizeof dg,
+                         .ski = rsa_ski};
     uint32_t slow_id, id;
     assert_int_equal(kl_client_send(c, &s, &slow_id), KL_OK);
     s.opcode = KL_OP_ECDSA_SIGN_SHA256;

@@ -30,14 +30,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static void sh(const char *fmt, const char *a, const char *b)
-{
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, fmt, a, b);
-    if (system(cmd) != 0)
-        fail_msg("command failed: %s", cmd);
-}
-
 /* Waits (up to 10 s) until the log has `count` lines containing what. */
 static void wait_log(const td_daemon *d, const char *what, int count)
 {
@@ -81,9 +73,9 @@ static void test_certificate_reload(void **state)
     char cert[1024], key[1024];
     snprintf(cert, sizeof cert, "%s/server.pem", dir);
     snprintf(key, sizeof key, "%s/server-key.pem", dir);
-    sh("cp %s %s", tp_path("server.crt"), cert);
-    sh("cp %s %s", tp_path("server.key"), key);
-    sh("chmod 600 %s%s", key, "");
+    tu_sh("cp %s %s", tp_path("server.crt"), cert);
+    tu_sh("cp %s %s", tp_path("server.key"), key);
+    tu_sh("chmod 600 %s%s", key, "");
     td_daemon d;
     td_opts o = {.name = "reload-tls", .cert = cert, .key = key};
     td_start(&d, &o);
@@ -93,7 +85,7 @@ static void test_certificate_reload(void **state)
     kl_client *before = td_connect(&d);
 
     /* a broken certificate: reported, the old one stays */
-    sh("echo garbage > %s%s", cert, "");
+    tu_sh("echo garbage > %s%s", cert, "");
     td_signal(&d, SIGHUP);
     wait_log(&d, "reload: keeping the previous auth_cert, auth_key and CA", 1);
     char want[1200];
@@ -113,16 +105,16 @@ static void test_certificate_reload(void **state)
           "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
           f);
     fclose(f);
-    sh("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "
-       "%s 2>/dev/null && chmod 600 %s",
-       key, key);
+    tu_sh("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "
+          "%s 2>/dev/null && chmod 600 %s",
+          key, key);
     char script[8192];
     snprintf(script, sizeof script,
              "openssl req -new -key %s -subj '/O=reload test/CN=reloaded' "
              "2>/dev/null | openssl x509 -req -CA %s -CAkey %s -days 20 "
              "-extfile %s -out %s 2>/dev/null",
              key, tp_path("ca.crt"), tp_path("ca.key"), ext, cert);
-    sh("%s%s", script, "");
+    tu_sh("%s%s", script, "");
     td_signal(&d, SIGHUP);
     wait_log(&d, "new certificate; generation 3", 1);
     /* checked on reload too: 20 days left is worth a warning */
@@ -141,7 +133,7 @@ static void test_watched_directory(void **state)
 {
     char keys[1100];
     snprintf(keys, sizeof keys, "%s/keys", dir);
-    sh("mkdir -p %s && chmod 700 %s", keys, keys);
+    tu_sh("mkdir -p %s && chmod 700 %s", keys, keys);
     tp_copy_key(keys, tp_path("keys/ecdsa-p256.key"));
     td_daemon d;
     td_opts o = {.name = "reload-watch",

@@ -33,14 +33,6 @@ static char cert[1100], key[1100], ca[1100], keys[1100], acl[1100];
 static td_daemon d;
 static unsigned reloads; /* the daemon's generation after the last one */
 
-static void sh(const char *fmt, const char *a, const char *b)
-{
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, fmt, a, b);
-    if (system(cmd) != 0)
-        fail_msg("command failed: %s", cmd);
-}
-
 /* An access file of n rules, each letting everyone use every key. */
 static void write_acl(int n)
 {
@@ -61,11 +53,11 @@ static int setup(void **state)
     snprintf(key, sizeof key, "%s/server-key.pem", dir);
     snprintf(ca, sizeof ca, "%s/ca.pem", dir);
     snprintf(keys, sizeof keys, "%s/keys", dir);
-    sh("cp %s %s", tp_path("server.crt"), cert);
-    sh("cp %s %s", tp_path("server.key"), key);
-    sh("chmod 600 %s%s", key, "");
-    sh("cp %s %s", tp_path("ca.crt"), ca);
-    sh("mkdir -p %s && chmod 700 %s", keys, keys);
+    tu_sh("cp %s %s", tp_path("server.crt"), cert);
+    tu_sh("cp %s %s", tp_path("server.key"), key);
+    tu_sh("chmod 600 %s%s", key, "");
+    tu_sh("cp %s %s", tp_path("ca.crt"), ca);
+    tu_sh("mkdir -p %s && chmod 700 %s", keys, keys);
     tp_copy_key(keys, tp_path("keys/ecdsa-p256.key"));
     snprintf(acl, sizeof acl, "%s/access.yaml", dir);
     write_acl(1);
@@ -227,9 +219,9 @@ static void test_unchanged_files_keep_sessions(void **state)
 
     /* the same bytes, written again: new times, same material */
     sleep(1);
-    sh("cp %s %s", tp_path("server.crt"), cert);
-    sh("cp %s %s", tp_path("ca.crt"), ca);
-    sh("cat %s > %s", tp_path("server.key"), key);
+    tu_sh("cp %s %s", tp_path("server.crt"), cert);
+    tu_sh("cp %s %s", tp_path("ca.crt"), ca);
+    tu_sh("cat %s > %s", tp_path("server.key"), key);
     reloaded(true, "unchanged certificate and CA (TLS sessions kept)");
     expect_resume(c13, &s13, true, "TLS 1.3 after a SIGHUP");
     expect_resume(c12, &s12, true, "TLS 1.2 after a SIGHUP");
@@ -266,7 +258,7 @@ static void test_changed_ca_drops_sessions(void **state)
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "cat %s %s > %s", tp_path("ca.crt"),
              tp_path("other-ca.crt"), ca);
-    sh("%s%s", cmd, "");
+    tu_sh("%s%s", cmd, "");
     reloaded(true, "new certificate");
     expect_resume(c13, &s13, false, "TLS 1.3 after a CA was added");
     expect_resume(c12, &s12, false, "TLS 1.2 after a CA was added");
@@ -276,7 +268,7 @@ static void test_changed_ca_drops_sessions(void **state)
 
     /* the client's CA removed: its sessions, made when the CA was
      * trusted, must not let it in */
-    sh("cp %s %s", tp_path("other-ca.crt"), ca);
+    tu_sh("cp %s %s", tp_path("other-ca.crt"), ca);
     reloaded(true, "new certificate");
     outcome o = connect_once(c13, s13);
     if (o.served)
@@ -319,7 +311,7 @@ static void test_changed_identity_drops_sessions(void **state)
              "openssl x509 -req -CA %s -CAkey %s -days 200 -extfile %s "
              "-out %s 2>/dev/null",
              key, tp_path("ca.crt"), tp_path("ca.key"), ext, cert);
-    sh("%s%s", script, "");
+    tu_sh("%s%s", script, "");
     reloaded(true, "new certificate");
     expect_resume(c13, &s13, false, "after a new server certificate");
     expect_resume(c13, &s13, true, "under the new server certificate");

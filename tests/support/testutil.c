@@ -70,3 +70,31 @@ const char *tu_vector_path(const char *rel)
         snprintf(buf, sizeof buf, "%s/tests/vectors/%s", tu_src_dir(), rel);
     return buf;
 }
+
+static void run_sh(const char *dir, const char *fmt, va_list ap)
+{
+    char cmd[8192], full[8600];
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    if (dir)
+        snprintf(full, sizeof full, "cd %s && (%s) >/dev/null 2>&1", dir, cmd);
+    else
+        snprintf(full, sizeof full, "%s", cmd);
+    if (system(full) != 0)
+        fail_msg("command failed: %s", cmd);
+}
+
+void tu_sh(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    run_sh(NULL, fmt, ap);
+    va_end(ap);
+}
+
+void tu_sh_in(const char *dir, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    run_sh(dir, fmt, ap);
+    va_end(ap);
+}

@@ -20,4 +20,11 @@ const char *tu_vector_path(const char *rel);
 const char *tu_src_dir(void);
 const char *tu_bin_dir(void);
 
+/* Runs a shell command (printf format); fails the test, naming the
+ * command, when it exits non-zero. Its output goes where the test's goes. */
+void tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same in directory dir, output discarded (openssl's chatter). */
+void tu_sh_in(const char *dir, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #endif

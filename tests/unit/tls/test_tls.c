@@ -14,19 +14,6 @@
 
 static char dir[256];
 
-static void sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char full[4400];
-    snprintf(full, sizeof full, "cd %s && (%s) >/dev/null 2>&1", dir, cmd);
-    if (system(full) != 0)
-        fail_msg("command failed: %s", cmd);
-}
-
 static const char *path(const char *name)
 {
     static char buf[8][512];
@@ -44,12 +31,13 @@ static int make_pki(void **state)
     snprintf(dir, sizeof dir, "/tmp/kl-tls-XXXXXX");
     if (!mkdtemp(dir))
         return -1;
-    const char *ca = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
-                     "-nodes -days 2 -subj /CN=%s -keyout %s.key -out %s.pem "
-                     "-addext basicConstraints=critical,CA:TRUE "
-                     "-addext keyUsage=critical,keyCertSign,cRLSign";
-    sh(ca, "test-ca", "ca", "ca");
-    sh(ca, "other-ca", "other", "other");
+    const char *ca =
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+        "-nodes -days 2 -subj /CN=%s -keyout %s.key -out %s.pem "
+        "-addext basicConstraints=critical,CA:TRUE "
+        "-addext keyUsage=critical,keyCertSign,cRLSign";
+    tu_sh_in(dir, ca, "test-ca", "ca", "ca");
+    tu_sh_in(dir, ca, "other-ca", "other", "other");
     const char *leaf =
         "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
         "-subj /CN=%s -keyout %s.key -out %s.csr && "
@@ -60,20 +48,20 @@ static int make_pki(void **state)
     char cmd[2048];
     snprintf(cmd, sizeof cmd, leaf, "localhost", "server", "server",
              "serverAuth", "server", "server", "ca", "ca", "server", "server");
-    sh("%s", cmd);
+    tu_sh_in(dir, "%s", cmd);
     snprintf(cmd, sizeof cmd, leaf, "edge-client", "client", "client",
              "clientAuth", "client", "client", "ca", "ca", "client", "client");
-    sh("%s", cmd);
+    tu_sh_in(dir, "%s", cmd);
     snprintf(cmd, sizeof cmd, leaf, "wrong-eku", "srvonly", "srvonly",
              "serverAuth", "srvonly", "srvonly", "ca", "ca", "srvonly",
              "srvonly");
-    sh("%s", cmd);
+    tu_sh_in(dir, "%s", cmd);
     snprintf(cmd, sizeof cmd, leaf, "stranger", "stranger", "stranger",
-             "clientAuth", "stranger", "stranger", "other", "other",
-             "stranger", "stranger");
-    sh("%s", cmd);
-    sh("openssl genpkey -algorithm ed25519 -out unrelated.key");
-    sh("echo 'not a certificate' > junk.pem");
+             "clientAuth", "stranger", "stranger", "other", "other", "stranger",
+             "stranger");
+    tu_sh_in(dir, "%s", cmd);
+    tu_sh_in(dir, "openssl genpkey -algorithm ed25519 -out unrelated.key");
+    tu_sh_in(dir, "echo 'not a certificate' > junk.pem");
     return 0;
 }
 
@@ -88,8 +76,8 @@ static int remove_pki(void **state)
 /* Drives both ends of a non-blocking socketpair until both finish or one
  * fails. Returns the server's and the client's final results. */
 static void handshake_pair(kl_tls_ctx *sctx, kl_tls_ctx *cctx, kl_io *sres,
-                           kl_io *cres, char *serr, size_t serrlen,
-                           char *peer, size_t peerlen)
+                           kl_io *cres, char *serr, size_t serrlen, char *peer,
+                           size_t peerlen)
 {
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -183,8 +171,16 @@ static void check(const char *who, bool tls12, bool expect_ok)
     kl_tls_ctx_free(c);
 }
 
-static void test_good_client_tls13(void **st) { (void)st; check("client", false, true); }
-static void test_good_client_tls12(void **st) { (void)st; check("client", true, true); }
+static void test_good_client_tls13(void **st)
+{
+    (void)st;
+    check("client", false, true);
+}
+static void test_good_client_tls12(void **st)
+{
+    (void)st;
+    check("client", true, true);
+}
 static void test_no_cert_refused(void **st)
 {
     (void)st;

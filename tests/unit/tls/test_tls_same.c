@@ -16,19 +16,6 @@
 
 static char dir[256];
 
-static void sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char full[4400];
-    snprintf(full, sizeof full, "cd %s && (%s) >/dev/null 2>&1", dir, cmd);
-    if (system(full) != 0)
-        fail_msg("command failed: %s", cmd);
-}
-
 static const char *path(const char *name)
 {
     static char buf[8][512];
@@ -50,8 +37,8 @@ static int make_pki(void **state)
         "-nodes -days 2 -subj /CN=%s -keyout %s.key -out %s.pem "
         "-addext basicConstraints=critical,CA:TRUE "
         "-addext keyUsage=critical,keyCertSign,cRLSign";
-    sh(ca, "test-ca", "ca", "ca");
-    sh(ca, "other-ca", "other", "other");
+    tu_sh_in(dir, ca, "test-ca", "ca", "ca");
+    tu_sh_in(dir, ca, "other-ca", "other", "other");
     const char *leaf =
         "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
         "-subj /CN=localhost -keyout %s.key -out %s.csr && "
@@ -59,14 +46,16 @@ static int make_pki(void **state)
         "'extendedKeyUsage=serverAuth' 'subjectAltName=DNS:localhost' "
         "> %s.ext && openssl x509 -req -in %s.csr -CA ca.pem -CAkey ca.key "
         "-CAcreateserial -days 2 -extfile %s.ext -out %s.pem";
-    sh(leaf, "server", "server", "server", "server", "server", "server");
-    sh(leaf, "server2", "server2", "server2", "server2", "server2", "server2");
-    sh("cp ca.pem ca-copy.pem");
-    sh("cat ca.pem other.pem > both.pem && cat other.pem ca.pem > "
-       "both-reversed.pem");
+    tu_sh_in(dir, leaf, "server", "server", "server", "server", "server",
+             "server");
+    tu_sh_in(dir, leaf, "server2", "server2", "server2", "server2", "server2",
+             "server2");
+    tu_sh_in(dir, "cp ca.pem ca-copy.pem");
+    tu_sh_in(dir, "cat ca.pem other.pem > both.pem && cat other.pem ca.pem > "
+                  "both-reversed.pem");
     /* the same certificate with text around it, as `openssl x509 -text`
      * writes it */
-    sh("openssl x509 -in ca.pem -text > ca-text.pem");
+    tu_sh_in(dir, "openssl x509 -in ca.pem -text > ca-text.pem");
     return 0;
 }
 
