@@ -45,10 +45,10 @@ for b in "$KEYLESSD" "$BENCH"; do
 done
 
 if [ $smoke = 1 ]; then
-    DUR=1; WARM=0.2; REPS=1; SPEED_S=1; IDLE_N=200
+    DUR=1; WARM=0.2; REPS=1; SPEED_S=1; PAIR_S=1; IDLE_N=200
     OUT=$BUILD/bench-smoke
 else
-    DUR=10; WARM=1; REPS=3; SPEED_S=5; IDLE_N=10000
+    DUR=10; WARM=1; REPS=3; SPEED_S=5; PAIR_S=3; IDLE_N=10000
     OUT=$ROOT/bench
 fi
 mkdir -p "$OUT"
@@ -89,6 +89,13 @@ op_of() {
     ecdsa-p256) echo ecdsa-sha256 ;;
     ed25519) echo ed25519 ;;
     rsa-*) echo rsa-sha256 ;;
+    esac
+}
+alg_of() { # the primitive's name for openssl speed
+    case $1 in
+    ecdsa-p256) echo ecdsap256 ;;
+    ed25519) echo ed25519 ;;
+    rsa-2048) echo rsa2048 ;;
     esac
 }
 
@@ -160,6 +167,13 @@ scenario() {
         >>"$WORK/scenarios.tsv"
     for rep in $(seq $REPS); do
         log "$name run $rep/$REPS"
+        if [ -n "$PAIR_ALG" ]; then
+            # the ceiling again right before this run: the host's speed
+            # drifts by several % within the hour (bench/README.md)
+            openssl speed -multi 2 -seconds $PAIR_S "$PAIR_ALG" 2>/dev/null |
+                awk '/sign\/s/ {getline; print $(NF-1)}' \
+                    >"$WORK/$name.$rep.ceiling"
+        fi
         local np=
         if [ ${#NEIGHBOUR[@]} -gt 0 ]; then
             # from before the measured window to after it
@@ -187,6 +201,7 @@ scenario() {
     done
 }
 NEIGHBOUR=()
+PAIR_ALG= # set: each run of the scenario gets its own ceiling (openssl speed)
 SERVER_PREFIX=(env) # a command keylessd runs under (start_server)
 calc() { awk "BEGIN { print $1 }"; }
 
@@ -308,8 +323,10 @@ date -u +%Y-%m-%dT%H:%M:%SZ >"$WORK/date"
 cat /proc/loadavg >"$WORK/loadavg.before"
 start_server 0
 for p in ecdsa-p256 ed25519 rsa-2048; do
+    PAIR_ALG=$(alg_of $p)
     scenario "$p-8x64" $p "8 connections x 64 in flight" \
         -pubkey "$(pub $p)" -op "$(op_of $p)" -connections 8 -depth 64
+    PAIR_ALG=
     scenario "$p-1x1024" $p "1 connection x 1024 in flight" \
         -pubkey "$(pub $p)" -op "$(op_of $p)" -connections 1 -depth 1024
 done
