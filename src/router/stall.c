@@ -275,15 +275,26 @@ static void check_overtaken(kl_upconn *c, uint64_t now)
      * order on the watched list, anywhere on the waiting list */
     kl_rreq *old[LOST_ALONE_MAX + 1];
     size_t n = 0;
-    for (kl_rreq *q = c->attempts; q && n <= LOST_ALONE_MAX; q = q->anext) {
+    kl_rreq *q = c->attempts;
+    for (; q && n <= LOST_ALONE_MAX; q = q->anext) {
         if (q->sent_ns + gap > c->answered_max_ns)
             break;
         old[n++] = q;
     }
-    for (kl_rreq *q = c->waiting; q && n <= LOST_ALONE_MAX; q = q->anext)
-        if (q->sent_ns + gap <= c->answered_max_ns)
-            old[n++] = q;
-    if (n > LOST_ALONE_MAX)
+    /* A queue sent over a few milliseconds crosses the margin a few at a
+     * time: the watched attempts right behind (within half the margin)
+     * count too, so that it shows as a queue before any of it is taken
+     * for lost. */
+    size_t seen = n;
+    for (; q && seen <= LOST_ALONE_MAX; q = q->anext, seen++)
+        if (q->sent_ns + gap / 2 > c->answered_max_ns)
+            break;
+    for (kl_rreq *w = c->waiting; w && n <= LOST_ALONE_MAX; w = w->anext)
+        if (w->sent_ns + gap <= c->answered_max_ns) {
+            old[n++] = w;
+            seen++;
+        }
+    if (n > LOST_ALONE_MAX || seen > LOST_ALONE_MAX)
         return; /* a queue, not a loss */
     /* collected first: lost() changes the lists (and may attach the
      * request to c again, at the tail) */
