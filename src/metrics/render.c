@@ -86,6 +86,14 @@ static void add_slot(mx_total *t, kl_metrics_local *l, uint64_t now)
 }
 
 /* Connection back-pressure (issue 5 and 10, docs/METRICS.md). */
+/* A family of one unlabelled integer sample. */
+static void put_u64(mx_buf *b, const char *name, const char *type,
+                    const char *help, uint64_t v)
+{
+    mx_family(b, name, type, help);
+    mx_printf(b, "%s %llu\n", name, (unsigned long long)v);
+}
+
 static void render_backpressure(mx_buf *b, const mx_total *t)
 {
     mx_family(b, "keylessd_connections_refused_total", "counter",
@@ -93,31 +101,24 @@ static void render_backpressure(mx_buf *b, const mx_total *t)
     for (int r = 0; r < KL_REFUSE_REASONS; r++)
         mx_printf(b, "keylessd_connections_refused_total{reason=\"%s\"} %llu\n",
                   mx_refusal_names[r], (unsigned long long)t->refused[r]);
-    mx_family(b, "keylessd_accept_pauses_total", "counter",
-              "Times a shard stopped accepting at max_handshaking.");
-    mx_printf(b, "keylessd_accept_pauses_total %llu\n",
-              (unsigned long long)t->pauses);
+    put_u64(b, "keylessd_accept_pauses_total", "counter",
+            "Times a shard stopped accepting at max_handshaking.", t->pauses);
     mx_family(b, "keylessd_accept_paused_seconds_total", "counter",
               "Time shards spent not accepting at max_handshaking.");
     mx_puts(b, "keylessd_accept_paused_seconds_total ");
     mx_put_double(b, (double)t->paused_ns / 1e9);
     mx_puts(b, "\n");
-    mx_family(b, "keylessd_accept_paused", "gauge",
-              "Shards not accepting now because of max_handshaking.");
-    mx_printf(b, "keylessd_accept_paused %llu\n",
-              (unsigned long long)t->paused_now);
-    mx_family(b, "keylessd_read_pauses_total", "counter",
-              "Times a connection stopped being read because of a limit.");
-    mx_printf(b, "keylessd_read_pauses_total %llu\n",
-              (unsigned long long)t->read_pauses);
-    mx_family(b, "keylessd_buffered_bytes", "gauge",
-              "Bytes held for requests in flight and unsent responses.");
-    mx_printf(b, "keylessd_buffered_bytes %llu\n",
-              (unsigned long long)t->buffered);
-    mx_family(b, "keylessd_buffered_bytes_limit", "gauge",
-              "max_buffered_bytes as the shards share it.");
-    mx_printf(b, "keylessd_buffered_bytes_limit %llu\n",
-              (unsigned long long)t->buffer_budget);
+    put_u64(b, "keylessd_accept_paused", "gauge",
+            "Shards not accepting now because of max_handshaking.",
+            t->paused_now);
+    put_u64(b, "keylessd_read_pauses_total", "counter",
+            "Times a connection stopped being read because of a limit.",
+            t->read_pauses);
+    put_u64(b, "keylessd_buffered_bytes", "gauge",
+            "Bytes held for requests in flight and unsent responses.",
+            t->buffered);
+    put_u64(b, "keylessd_buffered_bytes_limit", "gauge",
+            "max_buffered_bytes as the shards share it.", t->buffer_budget);
 }
 
 /* A histogram vector over (type, error): only the children that have seen
@@ -159,10 +160,8 @@ static void render_reference(mx_buf *b, const mx_total *t)
     mx_family(b, "keyless_key_load_duration", "histogram",
               "Time to look up the key of a request.");
     mx_put_hist(b, "keyless_key_load_duration", "", &t->key_load);
-    mx_family(b, "keyless_failed_connection", "counter",
-              "Transport failures on established connections.");
-    mx_printf(b, "keyless_failed_connection %llu\n",
-              (unsigned long long)t->failed_conn);
+    put_u64(b, "keyless_failed_connection", "counter",
+            "Transport failures on established connections.", t->failed_conn);
 }
 
 static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
@@ -208,9 +207,8 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
                   mx_hs_names[r], (unsigned long long)t->hs_fail[r]);
     render_backpressure(b, t);
 
-    mx_family(b, "keylessd_keys_loaded", "gauge", "Private keys loaded.");
-    mx_printf(b, "keylessd_keys_loaded %llu\n",
-              (unsigned long long)LOAD(&m->keys_loaded));
+    put_u64(b, "keylessd_keys_loaded", "gauge", "Private keys loaded.",
+            LOAD(&m->keys_loaded));
 
     mx_family(b, "keylessd_reloads_total", "counter",
               "Configuration and key reloads by result.");
@@ -241,10 +239,9 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
             mx_puts(b, "\n");
         }
 
-    mx_family(b, "keylessd_cert_series_dropped_total", "counter",
-              "Certificates not exported because the table was full.");
-    mx_printf(b, "keylessd_cert_series_dropped_total %llu\n",
-              (unsigned long long)LOAD(&m->certs_dropped));
+    put_u64(b, "keylessd_cert_series_dropped_total", "counter",
+            "Certificates not exported because the table was full.",
+            LOAD(&m->certs_dropped));
 }
 
 char *kl_metrics_render(kl_metrics *m, size_t *len)
