@@ -8,6 +8,7 @@
  *    its handshake timeout; an ordinary mutual-TLS handshake fits.
  * Sources are different loopback addresses (127.0.0.2, 127.0.0.3: the whole
  * of 127/8 reaches lo), chosen by binding the client socket. */
+#include "net.h"
 #include "test_abuse_common.h"
 
 static td_daemon d;
@@ -41,41 +42,13 @@ static double baseline(void)
     return ha_side_stop(&s, "before");
 }
 
-/* A TCP connection from source address src (blocking connect: on loopback
- * the kernel completes it from the listen backlog). */
-static int tcp_from(const char *src)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in b = {.sin_family = AF_INET};
-    assert_int_equal(inet_pton(AF_INET, src, &b.sin_addr), 1);
-    if (bind(fd, (struct sockaddr *)&b, sizeof b) != 0)
-        fail_msg("bind %s: %s", src, strerror(errno));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(d.port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
-        fail_msg("connect from %s: %s", src, strerror(errno));
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
 /* A mutual-TLS handshake from src with the test client certificate, then
  * one ping answered: true when all of it worked; *ms: how long it took. */
 static bool tls_from(const char *src, double *ms)
 {
     double t0 = td_now_ms();
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    assert_non_null(ctx);
-    assert_int_equal(
-        SSL_CTX_use_certificate_chain_file(ctx, tp_path("client.crt")), 1);
-    assert_int_equal(SSL_CTX_use_PrivateKey_file(ctx, tp_path("client.key"),
-                                                 SSL_FILETYPE_PEM),
-                     1);
-    assert_int_equal(
-        SSL_CTX_load_verify_locations(ctx, tp_path("ca.crt"), NULL), 1);
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-    int fd = tcp_from(src);
+    SSL_CTX *ctx = tp_client_ssl_ctx(NULL);
+    int fd = tn_tcp_from(src, d.port);
     struct timeval tv = {3, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -141,7 +114,7 @@ static void test_per_source_cap(void **state)
     ha_side_start(&s, &d, ec_ski, 2);
     int fd[N];
     for (int i = 0; i < N; i++)
-        fd[i] = tcp_from("127.0.0.2");
+        fd[i] = tn_tcp_from("127.0.0.2", d.port);
     size_t closed = 0;
     double end = td_now_ms() + 5000;
     while ((closed = count_closed((const int *)fd, N)) < N - CAP &&
@@ -164,7 +137,7 @@ static void test_per_source_cap(void **state)
     /* and 127.0.0.3 has its own 20 */
     int other[CAP];
     for (int i = 0; i < CAP; i++)
-        other[i] = tcp_from("127.0.0.3");
+        other[i] = tn_tcp_from("127.0.0.3", d.port);
     ha_sleep_ms(200);
     assert_int_equal(count_closed(other, CAP), 0);
     for (int i = 0; i < CAP; i++)
@@ -203,7 +176,7 @@ static void test_handshake_bytes(void **state)
     double before = baseline();
     ha_side s;
     ha_side_start(&s, &d, ec_ski, 2);
-    int fd = tcp_from("127.0.0.2");
+    int fd = tn_tcp_from("127.0.0.2", d.port);
     uint8_t rec[5 + FRAG];
     memset(rec, 0, sizeof rec);
     size_t sent = 0; /* handshake message bytes */

@@ -144,24 +144,6 @@ static void expect(const want *w, size_t n)
 #define BUF_LIMIT "keylessd_buffered_bytes_limit"
 #define READ_PAUSES "keylessd_read_pauses_total"
 
-/* A TCP connection from source address src that never speaks TLS
- * (blocking connect: on loopback the kernel completes it from the listen
- * backlog, accepted or not). */
-static int tcp_from(const char *src)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in b = {.sin_family = AF_INET};
-    assert_int_equal(inet_pton(AF_INET, src, &b.sin_addr), 1);
-    if (bind(fd, (struct sockaddr *)&b, sizeof b) != 0)
-        fail_msg("bind %s: %s", src, strerror(errno));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(d.port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
-        fail_msg("connect from %s: %s", src, strerror(errno));
-    return fd;
-}
-
 static void wait_closed(int fd, const char *what)
 {
     double end = td_now_ms() + 5000;
@@ -195,20 +177,20 @@ static void test_refusals_and_pauses(void **state)
            {READ_PAUSES, 0});
 
     /* one handshake per source: the second from 127.0.0.2 is closed */
-    int a1 = tcp_from("127.0.0.2");
+    int a1 = tn_tcp_from("127.0.0.2", d.port);
     wait_metric(HS, 1);
-    int a2 = tcp_from("127.0.0.2");
+    int a2 = tn_tcp_from("127.0.0.2", d.port);
     wait_closed(a2, "second handshake from 127.0.0.2");
     close(a2);
     EXPECT({REF_SRC, 1}, {REF_CONNS, 0}, {HS, 1}, {PAUSES, 0});
 
     /* the second handshake fills max_handshaking; the third stops the
      * listener (held by the shard), the fourth waits in the backlog */
-    int b1 = tcp_from("127.0.0.3");
+    int b1 = tn_tcp_from("127.0.0.3", d.port);
     wait_metric(HS, 2);
-    int c1 = tcp_from("127.0.0.4");
+    int c1 = tn_tcp_from("127.0.0.4", d.port);
     wait_metric(PAUSED, 1);
-    int c2 = tcp_from("127.0.0.5");
+    int c2 = tn_tcp_from("127.0.0.5", d.port);
     ha_sleep_ms(300);
     char *s = scrape();
     double p1 = value(s, PAUSED_S);
@@ -250,9 +232,9 @@ static void test_refusals_and_pauses(void **state)
     kl_client *t2 = td_connect(&d);
     td_expect_ping(&d, t2);
     EXPECT({OPEN, 2}, {HS, 1});
-    int e1 = tcp_from("127.0.0.6");
+    int e1 = tn_tcp_from("127.0.0.6", d.port);
     wait_closed(e1, "a fourth connection");
-    int e2 = tcp_from("127.0.0.7");
+    int e2 = tn_tcp_from("127.0.0.7", d.port);
     wait_closed(e2, "a fifth connection");
     close(e1);
     close(e2);

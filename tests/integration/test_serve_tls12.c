@@ -47,19 +47,10 @@ typedef struct conn {
 static bool tls12_connect(conn *k, const char *ciphers)
 {
     memset(k, 0, sizeof *k);
-    k->ctx = SSL_CTX_new(TLS_client_method());
-    assert_non_null(k->ctx);
+    k->ctx = tp_client_ssl_ctx(NULL);
     assert_int_equal(SSL_CTX_set_min_proto_version(k->ctx, TLS1_2_VERSION), 1);
     assert_int_equal(SSL_CTX_set_max_proto_version(k->ctx, TLS1_2_VERSION), 1);
     assert_int_equal(SSL_CTX_set_cipher_list(k->ctx, ciphers), 1);
-    assert_int_equal(
-        SSL_CTX_use_certificate_chain_file(k->ctx, tp_path("client.crt")), 1);
-    assert_int_equal(SSL_CTX_use_PrivateKey_file(k->ctx, tp_path("client.key"),
-                                                 SSL_FILETYPE_PEM),
-                     1);
-    assert_int_equal(
-        SSL_CTX_load_verify_locations(k->ctx, tp_path("ca.crt"), NULL), 1);
-    SSL_CTX_set_verify(k->ctx, SSL_VERIFY_PEER, NULL);
 
     k->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(k->fd >= 0);

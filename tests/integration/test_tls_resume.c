@@ -17,6 +17,7 @@
 
 #include "daemon.h"
 #include "keyless/protocol.h"
+#include "net.h"
 #include "pki.h"
 #include "testutil.h"
 
@@ -40,18 +41,9 @@ static int teardown(void **state)
 
 static SSL_CTX *client_ctx(int version)
 {
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    assert_non_null(ctx);
+    SSL_CTX *ctx = tp_client_ssl_ctx(NULL);
     SSL_CTX_set_min_proto_version(ctx, version);
     SSL_CTX_set_max_proto_version(ctx, version);
-    assert_int_equal(
-        SSL_CTX_use_certificate_chain_file(ctx, tp_path("client.crt")), 1);
-    assert_int_equal(SSL_CTX_use_PrivateKey_file(ctx, tp_path("client.key"),
-                                                 SSL_FILETYPE_PEM),
-                     1);
-    assert_int_equal(
-        SSL_CTX_load_verify_locations(ctx, tp_path("ca.crt"), NULL), 1);
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
     /* the client keeps its sessions itself (SSL_get1_session) */
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
                                             SSL_SESS_CACHE_NO_INTERNAL);
@@ -65,10 +57,7 @@ static SSL_CTX *client_ctx(int version)
 static SSL_SESSION *one_connection(SSL_CTX *ctx, SSL_SESSION *sess, bool notify,
                                    bool *reused)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(d.port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int fd = tn_tcp_from(NULL, d.port);
     SSL *ssl = SSL_new(ctx);
     SSL_set_fd(ssl, fd);
     if (sess)

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,4 +70,24 @@ int tn_http_get(uint16_t port, const char *path, char **body)
     *body = strdup(b ? b + 4 : "");
     free(buf);
     return status;
+}
+
+int tn_tcp_from(const char *src, uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    if (src) {
+        struct sockaddr_in b = {.sin_family = AF_INET};
+        assert_int_equal(inet_pton(AF_INET, src, &b.sin_addr), 1);
+        if (bind(fd, (struct sockaddr *)&b, sizeof b) != 0)
+            fail_msg("bind %s: %s", src, strerror(errno));
+    }
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        fail_msg("connect from %s: %s", src ? src : "127.0.0.1",
+                 strerror(errno));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
 }

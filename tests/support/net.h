@@ -13,5 +13,10 @@ int tn_listen(int backlog, uint16_t *port);
 /* GET path from 127.0.0.1:port over HTTP/1.0; returns the status code and
  * the body in *body (malloc'd). Fails the test when it cannot connect. */
 int tn_http_get(uint16_t port, const char *path, char **body);
+/* A blocking TCP connection to 127.0.0.1:port from source address src
+ * (another 127.0.0.x; NULL: any), with TCP_NODELAY. On loopback connect()
+ * completes from the listen backlog, accepted or not. Fails the test when
+ * it cannot connect. */
+int tn_tcp_from(const char *src, uint16_t port);
 
 #endif

@@ -185,3 +185,19 @@ const char *tp_ski_hex(const uint8_t ski[20])
     kl_ski_hex(ski, b);
     return b;
 }
+
+SSL_CTX *tp_client_ssl_ctx(const char *name)
+{
+    char crt[128], key[128];
+    snprintf(crt, sizeof crt, "%s.crt", name ? name : "client");
+    snprintf(key, sizeof key, "%s.key", name ? name : "client");
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    assert_non_null(ctx);
+    assert_int_equal(SSL_CTX_use_certificate_chain_file(ctx, tp_path(crt)), 1);
+    assert_int_equal(
+        SSL_CTX_use_PrivateKey_file(ctx, tp_path(key), SSL_FILETYPE_PEM), 1);
+    assert_int_equal(
+        SSL_CTX_load_verify_locations(ctx, tp_path("ca.crt"), NULL), 1);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    return ctx;
+}

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 
 /* The PKI directory, created on first use (fails the test when the script
  * fails). Files: ca.crt, server.{crt,key}, client.{crt,key}, keys/NAME.key,
@@ -40,5 +41,10 @@ EVP_PKEY *tp_load_pub(const char *path);
 void tp_ski(EVP_PKEY *pk, uint8_t ski[20]);
 /* Lower-case hex of an SKI (static rotating buffer). */
 const char *tp_ski_hex(const uint8_t ski[20]);
+
+/* A TLS client context with the test PKI's NAME.crt / NAME.key (NULL:
+ * "client") that verifies the server against ca.crt. Fails the test when a
+ * file does not load. */
+SSL_CTX *tp_client_ssl_ctx(const char *name);
 
 #endif
