@@ -97,14 +97,6 @@ kl_ctx_entry *kl_ctx_cache_get(EVP_PKEY *pkey, uint8_t opcode,
     return e;
 }
 
-kl_ctx_entry *kl_ctx_cache_peek(EVP_PKEY *pkey, uint8_t opcode)
-{
-    if (!tc.slots)
-        return NULL;
-    kl_ctx_entry *e = &tc.slots[slot_of(pkey, opcode, tc.n)];
-    return e->pkey == pkey && e->opcode == opcode ? e : NULL;
-}
-
 size_t kl_ctx_cache_slots(void)
 {
     return tc.n;

@@ -33,9 +33,6 @@ typedef int (*kl_ctx_setup_fn)(kl_ctx_entry *e);
  * NULL on failure (out of memory, OpenSSL refused the setup). */
 kl_ctx_entry *kl_ctx_cache_get(EVP_PKEY *pkey, uint8_t opcode,
                                kl_ctx_setup_fn setup);
-/* The entry for (pkey, opcode) on this thread if there is one; never sets
- * one up, counts nothing. */
-kl_ctx_entry *kl_ctx_cache_peek(EVP_PKEY *pkey, uint8_t opcode);
 /* Drops an entry whose context may be in a bad state after a failure. */
 void kl_ctx_cache_drop(kl_ctx_entry *e);
 /* This thread's current number of slots (0 before its first lookup); for

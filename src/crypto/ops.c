@@ -10,6 +10,7 @@
 #include <openssl/rsa.h>
 
 #include "crypto/ctx_cache.h"
+#include "crypto/ec_direct.h"
 #include "crypto/ops.h"
 #include "crypto/p11_ops.h"
 
@@ -70,8 +71,7 @@ static kl_key_type key_type_for(op_family f)
 size_t kl_crypto_max_output(const kl_key *key)
 {
     /* RSA: modulus bytes; EC: the largest DER ECDSA-Sig-Value; Ed25519: 64 */
-    int n = EVP_PKEY_get_size(kl_key_pkey(key));
-    return n > 0 ? (size_t)n : 0;
+    return kl_key_max_output(key);
 }
 
 kl_cost_class kl_crypto_cost_class(const kl_key *key)
@@ -87,6 +87,7 @@ kl_cost_class kl_crypto_cost_class(const kl_key *key)
 void kl_crypto_thread_cleanup(void)
 {
     kl_ctx_cache_thread_free();
+    kl_ec_direct_thread_free();
 }
 
 /* ---- context setup (on a cache miss) ------------------------------------ */
@@ -248,27 +249,18 @@ uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
         return kl_p11_exec(key, opcode, payload, plen, out, outcap, out_len,
                            deadline_ns);
 
-    EVP_PKEY *pkey = kl_key_pkey(key);
-    /* ECDSA: a key this thread has no context for signs with the key's own
-     * (made at load, next to the key: no setup, no cold per-thread table -
-     * docs/DESIGN.md "Many keys"); only when another thread has it lent
-     * does this thread set up one of its own. A context that failed is
-     * freed, not given back (the key falls back to per-thread ones). */
-    if (sp.fam == FAM_ECDSA && !kl_ctx_cache_peek(pkey, opcode)) {
-        EVP_PKEY_CTX *c = kl_key_take_sign_ctx(key);
-        if (c) {
-            size_t n = outcap;
-            int ok = EVP_PKEY_sign(c, out, &n, payload, plen) == 1;
-            if (ok) {
-                *out_len = n;
-                kl_key_give_sign_ctx(key, c);
-            } else {
-                EVP_PKEY_CTX_free(c);
-            }
-            ERR_clear_error();
-            return ok ? KL_ERR_NONE : KL_ERR_CRYPTO;
-        }
+    /* ECDSA with an EC file key: its scalar on this thread's EC_KEY, no
+     * cold OpenSSL memory (ec_direct.h; docs/DESIGN.md "Many keys: the
+     * scalar next to the SKI") */
+    size_t dlen;
+    const uint8_t *d = kl_key_ec_scalar(key, &dlen);
+    if (sp.fam == FAM_ECDSA && d) {
+        uint8_t err = kl_ec_sign_scalar(kl_key_curve(key), d, dlen, payload,
+                                        plen, out, out_len);
+        ERR_clear_error();
+        return err;
     }
+    EVP_PKEY *pkey = kl_key_pkey(key);
     kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, setup);
     uint8_t err;
     if (!e)

@@ -7,13 +7,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/provider.h>
 
 #include "core/log.h"
 #include "keys/store.h"
 
 #define MIN_TABLE 64u
+
+/* Signing with a bare scalar (src/crypto/ec_direct.c) runs libcrypto's
+ * own ECDSA code: what EVP runs only when the key and the ECDSA signature
+ * both come from the default provider. A FIPS configuration (default
+ * properties fips=yes) or a key held by another provider keeps EVP.
+ * Decided per store: a reload sees a changed configuration. */
+static bool is_default(const OSSL_PROVIDER *p)
+{
+    return p && strcmp(OSSL_PROVIDER_get0_name(p), "default") == 0;
+}
+
+static bool ecdsa_is_default(void)
+{
+    EVP_SIGNATURE *sig = EVP_SIGNATURE_fetch(NULL, "ECDSA", NULL);
+    bool yes = sig && is_default(EVP_SIGNATURE_get0_provider(sig));
+    EVP_SIGNATURE_free(sig);
+    ERR_clear_error();
+    return yes;
+}
 
 kl_keystore *kl_keystore_new(const kl_keystore_opts *opts)
 {
@@ -28,6 +50,7 @@ kl_keystore *kl_keystore_new(const kl_keystore_opts *opts)
         return NULL;
     }
     ks->table_mask = MIN_TABLE - 1;
+    ks->direct_ecdsa = ecdsa_is_default();
     return ks;
 }
 
@@ -37,8 +60,8 @@ void kl_keystore_free(kl_keystore *ks)
         return;
     for (size_t i = 0; i < ks->count; i++) {
         /* EVP_PKEY_free wipes the private parts (BN_clear_free, secure
-         * heap for Ed25519). */
-        EVP_PKEY_CTX_free(atomic_load(&ks->keys[i]->sign_ctx));
+         * heap for Ed25519); the scalar copy is wiped here. */
+        OPENSSL_cleanse(ks->keys[i]->ec_d, sizeof ks->keys[i]->ec_d);
         EVP_PKEY_free(ks->keys[i]->pkey);
         kl_p11_key_free(ks->keys[i]->p11);
         free(ks->keys[i]);
@@ -102,6 +125,26 @@ KL_WUR static kl_status grow(kl_keystore *ks)
     return KL_OK;
 }
 
+/* The EC private scalar, copied next to the SKI: signing with it touches
+ * no cold OpenSSL memory (docs/DESIGN.md "Many keys: the scalar next to
+ * the SKI"). Not copied where EVP would run other code (above). */
+static void ec_scalar(const kl_keystore *ks, kl_key *k)
+{
+    if (!ks->direct_ecdsa || !is_default(EVP_PKEY_get0_provider(k->pkey)))
+        return;
+    BIGNUM *d = NULL;
+    int dlen = (EVP_PKEY_get_bits(k->pkey) + 7) / 8;
+    bool ok = dlen > 0 && dlen <= KL_EC_SCALAR_MAX &&
+              EVP_PKEY_get_bn_param(k->pkey, OSSL_PKEY_PARAM_PRIV_KEY, &d) &&
+              BN_bn2binpad(d, k->ec_d, dlen) == dlen;
+    BN_clear_free(d);
+    ERR_clear_error();
+    if (ok)
+        k->ec_dlen = (uint8_t)dlen;
+    else
+        OPENSSL_cleanse(k->ec_d, sizeof k->ec_d);
+}
+
 static int all_zero(const uint8_t *p, size_t n)
 {
     uint8_t acc = 0;
@@ -155,22 +198,16 @@ kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
         kl_p11_key_free(p11);
         return KL_E_NOMEM;
     }
+    memset(k, 0, sizeof *k);
     k->pkey = pkey;
     k->p11 = p11;
     memcpy(k->ski, ski, KL_SKI_LEN);
     k->info = *info;
     k->index = ks->count;
-    atomic_init(&k->sign_ctx, NULL);
-    if (info->type == KL_KEY_EC && !p11) {
-        /* made now, so that it is allocated next to the key (docs/DESIGN.md
-         * "Many keys"); without one, signing sets up a context per thread */
-        EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_from_pkey(NULL, pkey, NULL);
-        if (c && EVP_PKEY_sign_init(c) == 1)
-            atomic_init(&k->sign_ctx, c);
-        else
-            EVP_PKEY_CTX_free(c);
-        ERR_clear_error();
-    }
+    int size = EVP_PKEY_get_size(pkey);
+    k->max_out = size > 0 && size <= UINT16_MAX ? (uint16_t)size : 0;
+    if (info->type == KL_KEY_EC && !p11)
+        ec_scalar(ks, k); /* else signing goes through EVP_PKEY_sign */
     memcpy(k->path, path, plen);
     ks->keys[ks->count++] = k;
     *probe(ks->table, ks->table_mask, ski) = k;
@@ -266,18 +303,13 @@ const char *kl_key_desc(const kl_key *k, char *buf, size_t len)
     return buf;
 }
 
-EVP_PKEY_CTX *kl_key_take_sign_ctx(const kl_key *k)
+size_t kl_key_max_output(const kl_key *k)
 {
-    kl_key *m = (kl_key *)k; /* the slot is the one mutable part of a key */
-    /* a plain load first: a lent-out context costs no exclusive cache line */
-    if (!atomic_load_explicit(&m->sign_ctx, memory_order_relaxed))
-        return NULL;
-    return atomic_exchange_explicit(&m->sign_ctx, NULL, memory_order_acquire);
+    return k->max_out;
 }
 
-void kl_key_give_sign_ctx(const kl_key *k, EVP_PKEY_CTX *ctx)
+const uint8_t *kl_key_ec_scalar(const kl_key *k, size_t *len)
 {
-    kl_key *m = (kl_key *)k;
-    EVP_PKEY_CTX_free(
-        atomic_exchange_explicit(&m->sign_ctx, ctx, memory_order_acq_rel));
+    *len = k->ec_dlen;
+    return k->ec_dlen ? k->ec_d : NULL;
 }

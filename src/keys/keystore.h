@@ -96,14 +96,15 @@ const char *kl_key_desc(const kl_key *k, char *buf, size_t len);
 /* For src/crypto only: the private key (a token key: its public key). */
 EVP_PKEY *kl_key_pkey(const kl_key *k);
 kl_key_backend kl_key_get_backend(const kl_key *k);
-/* For src/crypto only: the key's own ECDSA signing context (EC file keys;
- * initialised with EVP_PKEY_sign_init, no digest set), lent to one thread
- * at a time. NULL when the key has none or another thread has it. The
- * borrower gives it back with kl_key_give_sign_ctx within the same
- * operation, while the store is pinned (never after the store may be
- * freed); a context in doubt after a failure is freed instead. */
-EVP_PKEY_CTX *kl_key_take_sign_ctx(const kl_key *k);
-void kl_key_give_sign_ctx(const kl_key *k, EVP_PKEY_CTX *ctx);
+/* The largest output of an operation with the key (EVP_PKEY_get_size,
+ * taken at load so that a request does not touch the EVP_PKEY). */
+size_t kl_key_max_output(const kl_key *k);
+/* Longest EC private scalar (P-521: 66 bytes). */
+#define KL_EC_SCALAR_MAX 66
+/* For src/crypto only: an EC file key's private scalar, big-endian and
+ * padded to the group order's length (*len bytes), or NULL (token keys,
+ * other types). Valid as long as the store is. */
+const uint8_t *kl_key_ec_scalar(const kl_key *k, size_t *len);
 
 /* SKI per protocol P7: SHA-1 over the subjectPublicKey BIT STRING contents. */
 KL_WUR kl_status kl_ski_from_pkey(EVP_PKEY *pkey, uint8_t out[KL_SKI_LEN]);

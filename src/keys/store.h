@@ -3,22 +3,25 @@
 #ifndef KL_KEYS_STORE_H
 #define KL_KEYS_STORE_H
 
-#include <stdatomic.h>
-
 #include "keys/decode.h"
 #include "keys/keystore.h"
 #include "keys/p11.h"
 
 struct kl_key {
-    EVP_PKEY *pkey;  /* file keys: the private key; token keys: public */
-    kl_p11_key *p11; /* token keys only */
+    /* What a request touches, first: with 100,000 keys each request's key
+     * is cold, so the lookup's compare, the type, the output size and the
+     * EC scalar share the struct's first lines (docs/DESIGN.md "Many
+     * keys: the scalar next to the SKI"). */
     uint8_t ski[KL_SKI_LEN];
     kl_key_info info;
+    uint16_t max_out; /* EVP_PKEY_get_size, taken at load */
+    /* EC file keys: the private scalar, big-endian, padded to the order's
+     * length (ec_dlen bytes); wiped when the key is freed. 0: none. */
+    uint8_t ec_dlen;
+    uint8_t ec_d[KL_EC_SCALAR_MAX];
+    EVP_PKEY *pkey;  /* file keys: the private key; token keys: public */
+    kl_p11_key *p11; /* token keys only */
     size_t index;
-    /* EC file keys: one ECDSA signing context, made at load right after the
-     * key (its memory sits next to the key's), lent to one thread at a time
-     * (kl_key_take_sign_ctx); NULL while lent out */
-    _Atomic(EVP_PKEY_CTX *) sign_ctx;
     char path[]; /* file or label */
 };
 
@@ -30,6 +33,7 @@ struct kl_keystore {
     size_t table_mask;
     kl_key_decoder *decoder; /* created on the first file */
     kl_p11_set *p11;         /* created on the first URI */
+    bool direct_ecdsa;       /* EC file keys keep their scalar (keystore.c) */
 };
 
 /* One report line (opts.report, else the log). */
