@@ -11,66 +11,25 @@
 #include <unistd.h>
 
 #include "tls/tls.h"
-
-static char dir[256];
-
-static const char *path(const char *name)
-{
-    static char buf[8][512];
-    static int i;
-    i = (i + 1) % 8;
-    snprintf(buf[i], sizeof buf[i], "%s/%s", dir, name);
-    return buf[i];
-}
+#include "tlstest.h"
 
 /* A CA, a server cert, a client cert (clientAuth), a serverAuth-only
  * client cert, and a client cert from another CA. */
 static int make_pki(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/kl-tls-XXXXXX");
-    if (!mkdtemp(dir))
+    if (tt_mkdir("/tmp/kl-tls-XXXXXX") != 0)
         return -1;
-    const char *ca =
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
-        "-nodes -days 2 -subj /CN=%s -keyout %s.key -out %s.pem "
-        "-addext basicConstraints=critical,CA:TRUE "
-        "-addext keyUsage=critical,keyCertSign,cRLSign";
-    tu_sh_in(dir, ca, "test-ca", "ca", "ca");
-    tu_sh_in(dir, ca, "other-ca", "other", "other");
-    const char *leaf =
-        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
-        "-subj /CN=%s -keyout %s.key -out %s.csr && "
-        "printf '%%s\\n' 'basicConstraints=CA:FALSE' 'extendedKeyUsage=%s' "
-        "'subjectAltName=DNS:localhost,IP:127.0.0.1' > %s.ext && "
-        "openssl x509 -req -in %s.csr -CA %s.pem -CAkey %s.key "
-        "-CAcreateserial -days 2 -extfile %s.ext -out %s.pem";
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, leaf, "localhost", "server", "server",
-             "serverAuth", "server", "server", "ca", "ca", "server", "server");
-    tu_sh_in(dir, "%s", cmd);
-    snprintf(cmd, sizeof cmd, leaf, "edge-client", "client", "client",
-             "clientAuth", "client", "client", "ca", "ca", "client", "client");
-    tu_sh_in(dir, "%s", cmd);
-    snprintf(cmd, sizeof cmd, leaf, "wrong-eku", "srvonly", "srvonly",
-             "serverAuth", "srvonly", "srvonly", "ca", "ca", "srvonly",
-             "srvonly");
-    tu_sh_in(dir, "%s", cmd);
-    snprintf(cmd, sizeof cmd, leaf, "stranger", "stranger", "stranger",
-             "clientAuth", "stranger", "stranger", "other", "other", "stranger",
-             "stranger");
-    tu_sh_in(dir, "%s", cmd);
-    tu_sh_in(dir, "openssl genpkey -algorithm ed25519 -out unrelated.key");
-    tu_sh_in(dir, "echo 'not a certificate' > junk.pem");
+    tt_ca("ca", "test-ca");
+    tt_ca("other", "other-ca");
+    const char *san = "DNS:localhost,IP:127.0.0.1";
+    tt_leaf("server", "localhost", "serverAuth", san, "ca");
+    tt_leaf("client", "edge-client", "clientAuth", san, "ca");
+    tt_leaf("srvonly", "wrong-eku", "serverAuth", san, "ca");
+    tt_leaf("stranger", "stranger", "clientAuth", san, "other");
+    tu_sh_in(tt_dir, "openssl genpkey -algorithm ed25519 -out unrelated.key");
+    tu_sh_in(tt_dir, "echo 'not a certificate' > junk.pem");
     return 0;
-}
-
-static int remove_pki(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 /* Drives both ends of a non-blocking socketpair until both finish or one
@@ -127,9 +86,9 @@ static void handshake_pair(kl_tls_ctx *sctx, kl_tls_ctx *cctx, kl_io *sres,
 
 static kl_tls_ctx *server_ctx(bool no13)
 {
-    kl_tls_opts o = {.cert_file = path("server.pem"),
-                     .key_file = path("server.key"),
-                     .ca_file = path("ca.pem"),
+    kl_tls_opts o = {.cert_file = tt_path("server.pem"),
+                     .key_file = tt_path("server.key"),
+                     .ca_file = tt_path("ca.pem"),
                      .disable_tls13 = no13};
     char err[512];
     kl_tls_ctx *ctx = kl_tls_server_ctx_new(&o, err, sizeof err);
@@ -143,9 +102,9 @@ static kl_tls_ctx *client_ctx(const char *who, bool tls12)
     char cert[64], key[64];
     snprintf(cert, sizeof cert, "%s.pem", who);
     snprintf(key, sizeof key, "%s.key", who);
-    kl_tls_opts o = {.cert_file = who ? path(cert) : NULL,
-                     .key_file = who ? path(key) : NULL,
-                     .ca_file = path("ca.pem"),
+    kl_tls_opts o = {.cert_file = who ? tt_path(cert) : NULL,
+                     .key_file = who ? tt_path(key) : NULL,
+                     .ca_file = tt_path("ca.pem"),
                      .tls12_only = tls12};
     char err[512];
     kl_tls_ctx *ctx = kl_tls_client_ctx_new(&o, err, sizeof err);
@@ -232,9 +191,9 @@ static void test_tls12_profile_negotiated(void **st)
 static void expect_ctx_error(const char *cert, const char *key, const char *ca,
                              const char *needle)
 {
-    kl_tls_opts o = {.cert_file = cert ? path(cert) : NULL,
-                     .key_file = key ? path(key) : NULL,
-                     .ca_file = ca ? path(ca) : NULL};
+    kl_tls_opts o = {.cert_file = cert ? tt_path(cert) : NULL,
+                     .key_file = key ? tt_path(key) : NULL,
+                     .ca_file = ca ? tt_path(ca) : NULL};
     char err[512] = "";
     kl_tls_ctx *ctx = kl_tls_server_ctx_new(&o, err, sizeof err);
     assert_null(ctx);
@@ -267,5 +226,5 @@ int main(void)
         cmocka_unit_test(test_tls12_profile_negotiated),
         cmocka_unit_test(test_ctx_errors_name_files),
     };
-    return cmocka_run_group_tests(tests, make_pki, remove_pki);
+    return cmocka_run_group_tests(tests, make_pki, tt_remove);
 }

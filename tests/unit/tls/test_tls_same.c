@@ -13,58 +13,25 @@
 #include <unistd.h>
 
 #include "tls/tls.h"
-
-static char dir[256];
-
-static const char *path(const char *name)
-{
-    static char buf[8][512];
-    static int i;
-    i = (i + 1) % 8;
-    snprintf(buf[i], sizeof buf[i], "%s/%s", dir, name);
-    return buf[i];
-}
+#include "tlstest.h"
 
 /* Two CAs, two server certificates from the first, and CA bundles. */
 static int make_pki(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/kl-tls-same-XXXXXX");
-    if (!mkdtemp(dir))
+    if (tt_mkdir("/tmp/kl-tls-same-XXXXXX") != 0)
         return -1;
-    const char *ca =
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
-        "-nodes -days 2 -subj /CN=%s -keyout %s.key -out %s.pem "
-        "-addext basicConstraints=critical,CA:TRUE "
-        "-addext keyUsage=critical,keyCertSign,cRLSign";
-    tu_sh_in(dir, ca, "test-ca", "ca", "ca");
-    tu_sh_in(dir, ca, "other-ca", "other", "other");
-    const char *leaf =
-        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
-        "-subj /CN=localhost -keyout %s.key -out %s.csr && "
-        "printf '%%s\\n' 'basicConstraints=CA:FALSE' "
-        "'extendedKeyUsage=serverAuth' 'subjectAltName=DNS:localhost' "
-        "> %s.ext && openssl x509 -req -in %s.csr -CA ca.pem -CAkey ca.key "
-        "-CAcreateserial -days 2 -extfile %s.ext -out %s.pem";
-    tu_sh_in(dir, leaf, "server", "server", "server", "server", "server",
-             "server");
-    tu_sh_in(dir, leaf, "server2", "server2", "server2", "server2", "server2",
-             "server2");
-    tu_sh_in(dir, "cp ca.pem ca-copy.pem");
-    tu_sh_in(dir, "cat ca.pem other.pem > both.pem && cat other.pem ca.pem > "
-                  "both-reversed.pem");
+    tt_ca("ca", "test-ca");
+    tt_ca("other", "other-ca");
+    tt_leaf("server", "localhost", "serverAuth", "DNS:localhost", "ca");
+    tt_leaf("server2", "localhost", "serverAuth", "DNS:localhost", "ca");
+    tu_sh_in(tt_dir, "cp ca.pem ca-copy.pem");
+    tu_sh_in(tt_dir, "cat ca.pem other.pem > both.pem && "
+                     "cat other.pem ca.pem > both-reversed.pem");
     /* the same certificate with text around it, as `openssl x509 -text`
      * writes it */
-    tu_sh_in(dir, "openssl x509 -in ca.pem -text > ca-text.pem");
+    tu_sh_in(tt_dir, "openssl x509 -in ca.pem -text > ca-text.pem");
     return 0;
-}
-
-static int remove_pki(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 typedef struct variant {
@@ -77,8 +44,8 @@ typedef struct variant {
 static kl_tls_ctx *build(variant v)
 {
     kl_tls_opts o = {
-        .cert_file = path(v.cert ? v.cert : "server.pem"),
-        .ca_file = path(v.ca ? v.ca : "ca.pem"),
+        .cert_file = tt_path(v.cert ? v.cert : "server.pem"),
+        .ca_file = tt_path(v.ca ? v.ca : "ca.pem"),
         .disable_tls13 = v.no13,
         .verify_time = v.verify_time,
         .session_cache = v.session_cache,
@@ -87,7 +54,7 @@ static kl_tls_ctx *build(variant v)
     snprintf(key, sizeof key, "%.*s.key",
              (int)(strlen(v.cert ? v.cert : "server.pem") - 4),
              v.cert ? v.cert : "server.pem");
-    o.key_file = path(key);
+    o.key_file = tt_path(key);
     char err[512];
     kl_tls_ctx *t = kl_tls_server_ctx_new(&o, err, sizeof err);
     if (!t)
@@ -143,9 +110,9 @@ static void test_no_context_is_never_same(void **state)
     assert_false(kl_tls_ctx_same(x, NULL));
     assert_false(kl_tls_ctx_same(NULL, x));
     /* a client context from the same files is not a server context */
-    kl_tls_opts o = {.cert_file = path("server.pem"),
-                     .key_file = path("server.key"),
-                     .ca_file = path("ca.pem")};
+    kl_tls_opts o = {.cert_file = tt_path("server.pem"),
+                     .key_file = tt_path("server.key"),
+                     .ca_file = tt_path("ca.pem")};
     char err[512];
     kl_tls_ctx *c = kl_tls_client_ctx_new(&o, err, sizeof err);
     assert_non_null(c);
@@ -161,5 +128,5 @@ int main(void)
         cmocka_unit_test(test_changed_material_differs),
         cmocka_unit_test(test_no_context_is_never_same),
     };
-    return cmocka_run_group_tests(tests, make_pki, remove_pki);
+    return cmocka_run_group_tests(tests, make_pki, tt_remove);
 }
