@@ -302,7 +302,17 @@ static void test_health_and_ready(void **state)
     uint32_t id;
     assert_int_equal(kl_client_send(c, &s, &id), KL_OK);
     assert_int_equal(kl_client_flush(c, 2000), KL_OK);
-    fp_sleep_ms(100);
+    /* in flight for keylessd before the signal (P8: draining stops
+     * reading, so a request still unread in the socket is not one); a
+     * fixed sleep was too short once on a loaded machine */
+    for (int i = 0; i < 200; i++) {
+        char *m = scrape(mp);
+        double n = metric(m, "keylessd_requests_in_flight");
+        free(m);
+        if (n >= 1)
+            break;
+        fp_sleep_ms(25);
+    }
     td_signal(&d, SIGTERM);
     fp_sleep_ms(200);
     int status = tn_http_get(mp, "/ready", &body);
