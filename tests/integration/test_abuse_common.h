@@ -380,4 +380,42 @@ static inline size_t ha_ping_frame(uint8_t *out, size_t cap, uint32_t id,
     return n;
 }
 
+#ifdef HA_ONE_KEY_DAEMON
+/* For a test file whose daemon serves the ECDSA P-256 test key from a
+ * temporary directory (define HA_ONE_KEY_DAEMON before including): start
+ * it with extra flags, stop it (a cmocka teardown), and the side client's
+ * p99 alone over ~1 s. */
+static td_daemon d;
+static char *dir;
+static EVP_PKEY *ec_pub;
+static uint8_t ec_ski[20];
+
+static void start(const char *name, const char *const *extra)
+{
+    dir = tp_tempdir(name);
+    tp_copy_key(dir, tp_path("keys/ecdsa-p256.key"));
+    ec_pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
+    tp_ski(ec_pub, ec_ski);
+    td_opts o = {.name = name, .key_dirs = dir, .extra = extra};
+    td_start(&d, &o);
+}
+
+static int stop(void **state)
+{
+    (void)state;
+    int st = td_stop(&d, 0);
+    EVP_PKEY_free(ec_pub);
+    tp_rmtree(dir);
+    return st == 0 ? 0 : -1;
+}
+
+static double baseline(void)
+{
+    ha_side s;
+    ha_side_start(&s, &d, ec_ski, 2);
+    ha_sleep_ms(1000);
+    return ha_side_stop(&s, "before");
+}
+#endif
+
 #endif

@@ -8,39 +8,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#define HA_ONE_KEY_DAEMON
 #include "test_abuse_common.h"
-
-static td_daemon d;
-static char *dir;
-static EVP_PKEY *ec_pub;
-static uint8_t ec_ski[20];
-
-static void start(const char *name, const char *const *extra)
-{
-    dir = tp_tempdir(name);
-    tp_copy_key(dir, tp_path("keys/ecdsa-p256.key"));
-    ec_pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
-    tp_ski(ec_pub, ec_ski);
-    td_opts o = {.name = name, .key_dirs = dir, .extra = extra};
-    td_start(&d, &o);
-}
-
-static int stop(void **state)
-{
-    int st = td_stop(&d, 0);
-    EVP_PKEY_free(ec_pub);
-    tp_rmtree(dir);
-    return st == 0 ? 0 : -1;
-}
-
-/* p99 of the side client alone, over ~1 s. */
-static double baseline(void)
-{
-    ha_side s;
-    ha_side_start(&s, &d, ec_ski, 2);
-    ha_sleep_ms(1000);
-    return ha_side_stop(&s, "before");
-}
 
 static int setup_loris(void **state)
 {

@@ -9,38 +9,8 @@
  * Sources are different loopback addresses (127.0.0.2, 127.0.0.3: the whole
  * of 127/8 reaches lo), chosen by binding the client socket. */
 #include "net.h"
+#define HA_ONE_KEY_DAEMON
 #include "test_abuse_common.h"
-
-static td_daemon d;
-static char *dir;
-static EVP_PKEY *ec_pub;
-static uint8_t ec_ski[20];
-
-static void start(const char *name, const char *const *extra)
-{
-    dir = tp_tempdir(name);
-    tp_copy_key(dir, tp_path("keys/ecdsa-p256.key"));
-    ec_pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
-    tp_ski(ec_pub, ec_ski);
-    td_opts o = {.name = name, .key_dirs = dir, .extra = extra};
-    td_start(&d, &o);
-}
-
-static int stop(void **state)
-{
-    int st = td_stop(&d, 0);
-    EVP_PKEY_free(ec_pub);
-    tp_rmtree(dir);
-    return st == 0 ? 0 : -1;
-}
-
-static double baseline(void)
-{
-    ha_side s;
-    ha_side_start(&s, &d, ec_ski, 2);
-    ha_sleep_ms(1000);
-    return ha_side_stop(&s, "before");
-}
 
 /* A mutual-TLS handshake from src with the test client certificate, then
  * one ping answered: true when all of it worked; *ms: how long it took. */
