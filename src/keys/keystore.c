@@ -22,7 +22,7 @@
  * own ECDSA code: what EVP runs only when the key and the ECDSA signature
  * both come from the default provider. A FIPS configuration (default
  * properties fips=yes) or a key held by another provider keeps EVP.
- * Decided per store: a reload sees a changed configuration. */
+ * Decided for each store (one fetch), not once per process. */
 static bool is_default(const OSSL_PROVIDER *p)
 {
     return p && strcmp(OSSL_PROVIDER_get0_name(p), "default") == 0;
