@@ -9,14 +9,12 @@
  * Every job lives on the heap and is freed by its done callback: a pool
  * that touched a job after answering it (the late result of a stalled
  * call) would be a use-after-free under ASan. */
-#include "hsmtest.h"
+#include "shimtest.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "../../p11shim/shim.h"
 #include "core/time.h"
 #include "crypto/pool.h"
 
@@ -29,30 +27,7 @@ static kl_keystore *files, *hsm;
 static const kl_key *rsa, *ec, *rsa_b; /* kl-a x2 (max-sessions=2), kl-b */
 static const kl_key *file_rsa, *file_ec;
 static EVP_PKEY *pub_rsa, *pub_ec, *pub_rsa_b;
-static kl_p11shim_stats_fn shim_stats;
-static char ctl_path[128];
 static kl_pool *pool;
-
-/* ---- the control file and the shim's counters ------------------------- */
-
-/* Replaces the shim's rules atomically (see shim.h). */
-static void ctl(const char *text)
-{
-    char tmp[160];
-    snprintf(tmp, sizeof tmp, "%s.tmp", ctl_path);
-    FILE *f = fopen(tmp, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
-    assert_int_equal(rename(tmp, ctl_path), 0);
-}
-
-static kl_p11shim_stats stats(void)
-{
-    kl_p11shim_stats s;
-    shim_stats(&s);
-    return s;
-}
 
 /* ---- heap jobs answered into records ------------------------------------ */
 
@@ -233,27 +208,13 @@ static void run_ok(const kl_key *k, uint8_t op, int n)
 
 /* ---- setup --------------------------------------------------------------- */
 
-static const char *shim_uri(const char *attrs, const char *query)
-{
-    static char buf[1024];
-    snprintf(buf, sizeof buf, "pkcs11:%s?module-path=%s&%s", attrs,
-             getenv("KL_P11SHIM"), query);
-    return buf;
-}
-
 static int setup(void **state)
 {
     (void)state;
     (void)ht_uri; /* SoftHSM's own URIs: not used here, all go via the shim */
-    const char *shim = getenv("KL_P11SHIM");
-    if (!shim || access(shim, R_OK) != 0)
-        fail_msg("KL_P11SHIM does not name the shim module (run via ctest)");
     files = ct_vector_store();
     ht_setup(files);
-    snprintf(ctl_path, sizeof ctl_path, "%s/shim.ctl", ht_dir);
-    setenv("KL_P11SHIM_TARGET", ht_module, 1);
-    setenv("KL_P11SHIM_CTL", ctl_path, 1);
-    ctl("");
+    shim_start();
 
     hsm = kl_keystore_new(NULL);
     assert_non_null(hsm);
@@ -280,12 +241,7 @@ static int setup(void **state)
     pub_ec = ct_pubkey("ecdsa-p256");
     pub_rsa_b = ct_pubkey("rsa-3072");
 
-    /* the shim p11-kit loaded: the same instance, for its counters */
-    void *lib = dlopen(shim, RTLD_NOW | RTLD_NOLOAD);
-    assert_non_null(lib);
-    *(void **)&shim_stats = dlsym(lib, KL_P11SHIM_STATS_FN);
-    assert_non_null(shim_stats);
-    dlclose(lib); /* drops our reference only; p11-kit keeps it loaded */
+    shim_bind_stats();
 
     /* sized as pool.h advises: one blocking worker per token session */
     assert_int_equal(kl_keystore_token_sessions(hsm), 3);

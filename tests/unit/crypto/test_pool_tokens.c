@@ -4,13 +4,11 @@
  * a hung token call behind after its grace period - answering its job -
  * instead of waiting for the HSM. The hangs come from the test shim
  * (tests/p11shim) in front of SoftHSM2. */
-#include "hsmtest.h"
+#include "shimtest.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 
-#include "../../p11shim/shim.h"
 #include "core/time.h"
 #include "crypto/pool.h"
 
@@ -18,26 +16,6 @@
 
 static kl_keystore *files, *hsm;
 static const kl_key *rsa; /* on token kl-a, 2 sessions */
-static kl_p11shim_stats_fn shim_stats;
-static char ctl_path[128];
-
-static void ctl(const char *text)
-{
-    char tmp[160];
-    snprintf(tmp, sizeof tmp, "%s.tmp", ctl_path);
-    FILE *f = fopen(tmp, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
-    assert_int_equal(rename(tmp, ctl_path), 0);
-}
-
-static kl_p11shim_stats stats(void)
-{
-    kl_p11shim_stats s;
-    shim_stats(&s);
-    return s;
-}
 
 static void wait_stalls(unsigned long begun, unsigned long done,
                         uint64_t limit_ms)
@@ -198,27 +176,13 @@ static void test_free_leaves_hung_call(void **state)
     ctl("");
 }
 
-static const char *shim_uri(const char *attrs, const char *query)
-{
-    static char buf[1024];
-    snprintf(buf, sizeof buf, "pkcs11:%s?module-path=%s&%s", attrs,
-             getenv("KL_P11SHIM"), query);
-    return buf;
-}
-
 static int setup(void **state)
 {
     (void)state;
     (void)ht_uri;
-    const char *shim = getenv("KL_P11SHIM");
-    if (!shim || access(shim, R_OK) != 0)
-        fail_msg("KL_P11SHIM does not name the shim module (run via ctest)");
     files = ct_vector_store();
     ht_setup(files);
-    snprintf(ctl_path, sizeof ctl_path, "%s/shim.ctl", ht_dir);
-    setenv("KL_P11SHIM_TARGET", ht_module, 1);
-    setenv("KL_P11SHIM_CTL", ctl_path, 1);
-    ctl("");
+    shim_start();
     hsm = kl_keystore_new(NULL);
     assert_non_null(hsm);
     assert_int_equal(kl_keystore_add_uri(hsm, shim_uri("token=kl-a;object=rsa",
@@ -227,11 +191,7 @@ static int setup(void **state)
                      KL_OK);
     rsa = kl_keystore_find(hsm, kl_key_ski(ct_key(files, "rsa-2048")));
     assert_non_null(rsa);
-    void *lib = dlopen(shim, RTLD_NOW | RTLD_NOLOAD);
-    assert_non_null(lib);
-    *(void **)&shim_stats = dlsym(lib, KL_P11SHIM_STATS_FN);
-    assert_non_null(shim_stats);
-    dlclose(lib);
+    shim_bind_stats();
     return 0;
 }
 
