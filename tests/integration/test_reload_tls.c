@@ -98,13 +98,7 @@ static void test_certificate_reload(void **state)
     /* a new certificate (and key) for the same name, signed by the CA */
     char ext[1100];
     snprintf(ext, sizeof ext, "%s/ext.cnf", dir);
-    FILE *f = fopen(ext, "w");
-    fputs("basicConstraints=critical,CA:FALSE\n"
-          "keyUsage=critical,digitalSignature\n"
-          "extendedKeyUsage=serverAuth\n"
-          "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-          f);
-    fclose(f);
+    tp_write_server_ext(ext);
     tu_sh("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "
           "%s 2>/dev/null && chmod 600 %s",
           key, key);

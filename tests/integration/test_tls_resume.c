@@ -39,17 +39,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static SSL_CTX *client_ctx(int version)
-{
-    SSL_CTX *ctx = tp_client_ssl_ctx(NULL);
-    SSL_CTX_set_min_proto_version(ctx, version);
-    SSL_CTX_set_max_proto_version(ctx, version);
-    /* the client keeps its sessions itself (SSL_get1_session) */
-    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
-                                            SSL_SESS_CACHE_NO_INTERNAL);
-    return ctx;
-}
-
 /* Connects (resuming sess when not NULL), pings, and returns the
  * connection's session; *reused tells whether it was resumed. With
  * notify, the connection ends with close_notify; without, the socket is
@@ -98,7 +87,7 @@ static SSL_SESSION *one_connection(SSL_CTX *ctx, SSL_SESSION *sess, bool notify,
 
 static void resume(int version, bool notify)
 {
-    SSL_CTX *ctx = client_ctx(version);
+    SSL_CTX *ctx = tp_client_resume_ctx(NULL, version);
     bool reused;
     SSL_SESSION *s = one_connection(ctx, NULL, notify, &reused);
     assert_false(reused);
@@ -139,7 +128,7 @@ static void test_foreign_session_is_full_handshake(void **state)
     td_opts o = {.name = "tls-resume-other",
                  .key_files = tp_path("keys/ecdsa-p256.key")};
     td_start(&other, &o);
-    SSL_CTX *ctx = client_ctx(TLS1_3_VERSION);
+    SSL_CTX *ctx = tp_client_resume_ctx(NULL, TLS1_3_VERSION);
     bool reused;
     uint16_t mine = d.port;
     d.port = other.port; /* a session from the other server */

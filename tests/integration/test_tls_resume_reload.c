@@ -114,16 +114,6 @@ static void reloaded(bool signal, const char *tls_outcome)
     wait_log(want);
 }
 
-static SSL_CTX *client_ctx(int version, const char *name)
-{
-    SSL_CTX *ctx = tp_client_ssl_ctx(name);
-    SSL_CTX_set_min_proto_version(ctx, version);
-    SSL_CTX_set_max_proto_version(ctx, version);
-    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
-                                            SSL_SESS_CACHE_NO_INTERNAL);
-    return ctx;
-}
-
 typedef struct outcome {
     bool served;        /* handshake done and a ping answered */
     bool reused;        /* the session was resumed */
@@ -201,8 +191,8 @@ static void expect_resume(SSL_CTX *ctx, SSL_SESSION **sess, bool reused,
 static void test_unchanged_files_keep_sessions(void **state)
 {
     (void)state;
-    SSL_CTX *c13 = client_ctx(TLS1_3_VERSION, "client");
-    SSL_CTX *c12 = client_ctx(TLS1_2_VERSION, "client");
+    SSL_CTX *c13 = tp_client_resume_ctx("client", TLS1_3_VERSION);
+    SSL_CTX *c12 = tp_client_resume_ctx("client", TLS1_2_VERSION);
     SSL_SESSION *s13 = fresh_session(c13), *s12 = fresh_session(c12);
 
     /* the same bytes, written again: new times, same material */
@@ -237,8 +227,8 @@ static void test_unchanged_files_keep_sessions(void **state)
 static void test_changed_ca_drops_sessions(void **state)
 {
     (void)state;
-    SSL_CTX *c13 = client_ctx(TLS1_3_VERSION, "client");
-    SSL_CTX *c12 = client_ctx(TLS1_2_VERSION, "client");
+    SSL_CTX *c13 = tp_client_resume_ctx("client", TLS1_3_VERSION);
+    SSL_CTX *c12 = tp_client_resume_ctx("client", TLS1_2_VERSION);
     SSL_SESSION *s13 = fresh_session(c13), *s12 = fresh_session(c12);
 
     /* a CA added: the client's certificate is still accepted, after a
@@ -268,7 +258,7 @@ static void test_changed_ca_drops_sessions(void **state)
                  o.reused ? "resumed" : "full handshake");
     wait_log("certificate verify failed");
     /* a client of the CA now configured is served */
-    SSL_CTX *other = client_ctx(TLS1_3_VERSION, "client-other-ca");
+    SSL_CTX *other = tp_client_resume_ctx("client-other-ca", TLS1_3_VERSION);
     SSL_SESSION_free(fresh_session(other));
     SSL_CTX_free(other);
 
@@ -281,19 +271,12 @@ static void test_changed_ca_drops_sessions(void **state)
 static void test_changed_identity_drops_sessions(void **state)
 {
     (void)state;
-    SSL_CTX *c13 = client_ctx(TLS1_3_VERSION, "client");
+    SSL_CTX *c13 = tp_client_resume_ctx("client", TLS1_3_VERSION);
     SSL_SESSION *s13 = fresh_session(c13);
     /* a new certificate for the same key, from the same CA */
     char ext[1200], script[8192];
     snprintf(ext, sizeof ext, "%s/ext.cnf", dir);
-    FILE *f = fopen(ext, "w");
-    assert_non_null(f);
-    fputs("basicConstraints=critical,CA:FALSE\n"
-          "keyUsage=critical,digitalSignature\n"
-          "extendedKeyUsage=serverAuth\n"
-          "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-          f);
-    fclose(f);
+    tp_write_server_ext(ext);
     snprintf(script, sizeof script,
              "openssl req -new -key %s -subj '/CN=reissued' 2>/dev/null | "
              "openssl x509 -req -CA %s -CAkey %s -days 200 -extfile %s "

@@ -201,3 +201,25 @@ SSL_CTX *tp_client_ssl_ctx(const char *name)
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
     return ctx;
 }
+
+SSL_CTX *tp_client_resume_ctx(const char *name, int version)
+{
+    SSL_CTX *ctx = tp_client_ssl_ctx(name);
+    SSL_CTX_set_min_proto_version(ctx, version);
+    SSL_CTX_set_max_proto_version(ctx, version);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
+                                            SSL_SESS_CACHE_NO_INTERNAL);
+    return ctx;
+}
+
+void tp_write_server_ext(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("basicConstraints=critical,CA:FALSE\n"
+          "keyUsage=critical,digitalSignature\n"
+          "extendedKeyUsage=serverAuth\n"
+          "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+}

@@ -46,5 +46,12 @@ const char *tp_ski_hex(const uint8_t ski[20]);
  * "client") that verifies the server against ca.crt. Fails the test when a
  * file does not load. */
 SSL_CTX *tp_client_ssl_ctx(const char *name);
+/* The same, held to one TLS version (TLS1_2_VERSION, TLS1_3_VERSION), for
+ * session-resumption tests: the client keeps its sessions itself
+ * (SSL_get1_session), none in the context's cache. */
+SSL_CTX *tp_client_resume_ctx(const char *name, int version);
+/* Writes to path the X.509 extensions of a test server certificate
+ * (serverAuth, localhost and 127.0.0.1), for `openssl x509 -extfile`. */
+void tp_write_server_ext(const char *path);
 
 #endif
