@@ -33,15 +33,12 @@ static __thread struct {
     BIGNUM *d;
 } tl;
 
-static EC_KEY *key_for(int curve)
+/* This thread's EC_KEY slot for the curve; NULL for another curve. */
+static EC_KEY **slot_for(int curve)
 {
-    for (size_t i = 0; i < NCURVES; i++) {
-        if (curves[i] != curve)
-            continue;
-        if (!tl.key[i])
-            tl.key[i] = EC_KEY_new_by_curve_name(curve);
-        return tl.key[i];
-    }
+    for (size_t i = 0; i < NCURVES; i++)
+        if (curves[i] == curve)
+            return &tl.key[i];
     return NULL;
 }
 
@@ -49,9 +46,12 @@ uint8_t kl_ec_sign_scalar(int curve, const uint8_t *d, size_t dlen,
                           const uint8_t *dgst, size_t dgstlen, uint8_t *out,
                           size_t *out_len)
 {
-    EC_KEY *ek = key_for(curve);
-    if (!ek || (!tl.d && !(tl.d = BN_new())))
+    EC_KEY **slot = slot_for(curve);
+    if (slot && !*slot)
+        *slot = EC_KEY_new_by_curve_name(curve);
+    if (!slot || !*slot || (!tl.d && !(tl.d = BN_new())))
         return KL_ERR_INTERNAL;
+    EC_KEY *ek = *slot;
     if (dlen > INT_MAX || dgstlen > INT_MAX)
         return KL_ERR_CRYPTO;
     unsigned int n = 0;
@@ -63,9 +63,7 @@ uint8_t kl_ec_sign_scalar(int curve, const uint8_t *d, size_t dlen,
     BN_clear(tl.d);
     if (EC_KEY_set_private_key(ek, BN_value_one()) != 1) {
         EC_KEY_free(ek); /* cannot happen; never keep a scalar around */
-        for (size_t i = 0; i < NCURVES; i++)
-            if (tl.key[i] == ek)
-                tl.key[i] = NULL;
+        *slot = NULL;
     }
     if (!ok)
         return KL_ERR_CRYPTO;
@@ -75,10 +73,10 @@ uint8_t kl_ec_sign_scalar(int curve, const uint8_t *d, size_t dlen,
 
 void kl_ec_direct_thread_free(void)
 {
-    for (size_t i = 0; i < NCURVES; i++)
+    for (size_t i = 0; i < NCURVES; i++) {
         EC_KEY_free(tl.key[i]);
+        tl.key[i] = NULL;
+    }
     BN_clear_free(tl.d);
     tl.d = NULL;
-    for (size_t i = 0; i < NCURVES; i++)
-        tl.key[i] = NULL;
 }

@@ -253,8 +253,8 @@ uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
      * cold OpenSSL memory (ec_direct.h; docs/DESIGN.md "Many keys: the
      * scalar next to the SKI") */
     size_t dlen;
-    const uint8_t *d = kl_key_ec_scalar(key, &dlen);
-    if (sp.fam == FAM_ECDSA && d) {
+    const uint8_t *d;
+    if (sp.fam == FAM_ECDSA && (d = kl_key_ec_scalar(key, &dlen))) {
         uint8_t err = kl_ec_sign_scalar(kl_key_curve(key), d, dlen, payload,
                                         plen, out, out_len);
         ERR_clear_error();
