@@ -96,19 +96,10 @@ static void test_certificate_reload(void **state)
     kl_client_close(c);
 
     /* a new certificate (and key) for the same name, signed by the CA */
-    char ext[1100];
-    snprintf(ext, sizeof ext, "%s/ext.cnf", dir);
-    tp_write_server_ext(ext);
     tu_sh("openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "
           "%s 2>/dev/null && chmod 600 %s",
           key, key);
-    char script[8192];
-    snprintf(script, sizeof script,
-             "openssl req -new -key %s -subj '/O=reload test/CN=reloaded' "
-             "2>/dev/null | openssl x509 -req -CA %s -CAkey %s -days 20 "
-             "-extfile %s -out %s 2>/dev/null",
-             key, tp_path("ca.crt"), tp_path("ca.key"), ext, cert);
-    tu_sh("%s%s", script, "");
+    tp_issue_server_cert(dir, key, "/O=reload test/CN=reloaded", 20, cert);
     td_signal(&d, SIGHUP);
     wait_log(&d, "new certificate; generation 3", 1);
     /* checked on reload too: 20 days left is worth a warning */

@@ -274,15 +274,7 @@ static void test_changed_identity_drops_sessions(void **state)
     SSL_CTX *c13 = tp_client_resume_ctx("client", TLS1_3_VERSION);
     SSL_SESSION *s13 = fresh_session(c13);
     /* a new certificate for the same key, from the same CA */
-    char ext[1200], script[8192];
-    snprintf(ext, sizeof ext, "%s/ext.cnf", dir);
-    tp_write_server_ext(ext);
-    snprintf(script, sizeof script,
-             "openssl req -new -key %s -subj '/CN=reissued' 2>/dev/null | "
-             "openssl x509 -req -CA %s -CAkey %s -days 200 -extfile %s "
-             "-out %s 2>/dev/null",
-             key, tp_path("ca.crt"), tp_path("ca.key"), ext, cert);
-    tu_sh("%s%s", script, "");
+    tp_issue_server_cert(dir, key, "/CN=reissued", 200, cert);
     reloaded(true, "new certificate");
     expect_resume(c13, &s13, false, "after a new server certificate");
     expect_resume(c13, &s13, true, "under the new server certificate");

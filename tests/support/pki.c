@@ -212,9 +212,12 @@ SSL_CTX *tp_client_resume_ctx(const char *name, int version)
     return ctx;
 }
 
-void tp_write_server_ext(const char *path)
+void tp_issue_server_cert(const char *dir, const char *key, const char *subj,
+                          int days, const char *cert)
 {
-    FILE *f = fopen(path, "w");
+    char ext[1100];
+    snprintf(ext, sizeof ext, "%s/ext.cnf", dir);
+    FILE *f = fopen(ext, "w");
     assert_non_null(f);
     fputs("basicConstraints=critical,CA:FALSE\n"
           "keyUsage=critical,digitalSignature\n"
@@ -222,4 +225,8 @@ void tp_write_server_ext(const char *path)
           "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
           f);
     assert_int_equal(fclose(f), 0);
+    tu_sh("openssl req -new -key %s -subj '%s' 2>/dev/null | "
+          "openssl x509 -req -CA %s -CAkey %s -days %d -extfile %s -out %s "
+          "2>/dev/null",
+          key, subj, tp_path("ca.crt"), tp_path("ca.key"), days, ext, cert);
 }

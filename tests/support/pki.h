@@ -50,8 +50,10 @@ SSL_CTX *tp_client_ssl_ctx(const char *name);
  * session-resumption tests: the client keeps its sessions itself
  * (SSL_get1_session), none in the context's cache. */
 SSL_CTX *tp_client_resume_ctx(const char *name, int version);
-/* Writes to path the X.509 extensions of a test server certificate
- * (serverAuth, localhost and 127.0.0.1), for `openssl x509 -extfile`. */
-void tp_write_server_ext(const char *path);
+/* Issues cert, a server certificate (serverAuth, localhost and
+ * 127.0.0.1) for the existing private key file key, subject subj, valid for
+ * days, signed by the test CA; dir holds the extensions file it uses. */
+void tp_issue_server_cert(const char *dir, const char *key, const char *subj,
+                          int days, const char *cert);
 
 #endif
