@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # The shipped Prometheus rules and Grafana dashboard (packaging/monitoring,
 # docs/METRICS.md "Alerts and dashboard"): the rules load, their unit tests
-# pass, the dashboard is valid JSON, and every keylessd series either names
-# is one docs/METRICS.md documents.
+# pass, the dashboard is valid JSON, and every series the rules and the
+# dashboard query is one docs/METRICS.md documents.
 set -euo pipefail
 src=${KL_SRC_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 dir=$src/packaging/monitoring
