@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Thin wrapper over CMake that gives README.md its two commands.
 #   make run   - install what is missing, build, run keylessd on its
 #                embedded default (dev PKI + demo keys in ./state)

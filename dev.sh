@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The two commands of README.md, runnable on a fresh Debian machine (only
 # bash needed): installs missing Debian packages, builds, then
 #   ./dev.sh run    runs keylessd on its embedded default (dev PKI and demo

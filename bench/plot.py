@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Plots keyless-bench results: latency percentiles and throughput, one
 group per result file, as one PNG (gnuplot; Debian: gnuplot-nox).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The performance table of the performance issue, measured on this machine:
 # keylessd loaded by keyless-bench in each scenario, the CPU's ceiling from
 # `openssl speed -multi 2` of the same primitive in the same run, medians

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The scale and storm scenarios' results (bench/scale.sh writes them
 under WORK): the Targets rows for bench/summarize.py, and a markdown
 section of their own.

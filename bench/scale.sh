@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Scale and storm scenarios of the performance issue, sourced by
 # bench/run.sh (which defines BUILD, KEYLESSD, BENCH, PKI, WORK, REPS, DUR,
 # WARM, smoke, TLS, pick_port, stop_server, pub, log, SERVER_PID):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Turns the raw results of bench/run.sh into RESULTS.md and a chart.
 
 usage: summarize.py WORKDIR OUTDIR SMOKE

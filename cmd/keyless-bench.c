@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyless-bench: load and latency for key servers (performance issue).
  *
  * Runs on libkeyless like every client: each connection is a kl_target

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyless-cli: one-shot client for operators debugging a deployment.
  * ping, sign and decrypt against a key server, each answer verified with
  * the public key; ski prints a key's identifier (protocol P7). It runs on

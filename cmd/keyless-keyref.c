@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyless-keyref: writes and shows keyless key references (issue 7), the
  * files the `keyless` OpenSSL provider loads in place of private keys.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keylessd: the Keyless SSL key server. A thin main: everything it does is
  * in src/server/daemon*.c (modes, startup, serving, reload). */
 #include "server/daemon.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for the Origin CA answer (server/activate.h): the
  * body of an HTTP response from init_endpoint, which keylessd must treat as
  * untrusted. Input: two bytes of HTTP status (big-endian, taken modulo

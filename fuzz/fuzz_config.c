@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the YAML configuration file (src/config). Any input must
  * give KL_OK or KL_E_CONFIG with a message, never a crash or a leak. */
 #include <stddef.h>

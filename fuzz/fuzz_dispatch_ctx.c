@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for kl_dispatch_context (src/server/dispatch.c): its
  * fast path for {"deadline_ms":N} must answer exactly what the JSON parser
  * (kl_req_context_parse) answers, for any bytes. The input is also tried

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for the wire codec (protocol P2, P3, P5): splits the
  * input into frames, parses every body as a request and as a response,
  * re-encodes what parsed and checks the codec's invariants, aborting on the

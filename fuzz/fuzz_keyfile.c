@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for key files: the input is one file's bytes, fed to the
  * very decode path the key store uses (PEM framing, DER shape check,
  * OpenSSL decoder, key policy), then to the SKI computation. Aborts if a

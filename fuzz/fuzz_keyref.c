@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for the key-reference body parser (provider/keyref.h):
  * anything that parses must encode and parse back to the same reference,
  * and encoding is canonical (a second round trip gives the same bytes). */

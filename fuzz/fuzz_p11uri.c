@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: the PKCS#11 URI wrapper of the key store (issue 12) -
  * p11-kit's RFC 7512 parser plus keylessd's rules and PIN redaction. */
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for the tag 0x15 span-context and tag 0x16
  * request-context parsers (protocol P3, P9) and the request-context
  * formatter: what parses must re-render and parse back unchanged. */

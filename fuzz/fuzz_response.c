@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for libkeyless's response path (client issue): bytes
  * as read from a key server's socket go through the pipeline - chunked
  * reassembly, framing (protocol P2), response parsing (P5/P6) and id

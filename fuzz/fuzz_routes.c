@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the routing table parser (src/router/table*.c, issue 9).
  * Any input must give KL_OK (and a table whose lookups work) or
  * KL_E_CONFIG with a "file:line"-style message, never a crash or a leak.

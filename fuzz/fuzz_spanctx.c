@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for the tag-0x15 span context as keylessd's tracing
  * reads and writes it (protocol P3, src/metrics/trace*.c):
  * - whatever kl_span_context_parse accepts, the binary form keylessd

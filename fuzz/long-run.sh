@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The long fuzz run (issue 10, `make fuzz-long`): every libFuzzer target in
 # BUILD_DIR for SECONDS, starting from its checked-in corpus
 # (fuzz/corpus/<target>/). New inputs go to a scratch directory that is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `make deb`: builds the Debian package with dpkg-deb alone (no debhelper):
 #   OUT/keylessd_<version>_<arch>.deb
 # from a release build in OUT/cmake installed into OUT/root. The maintainer

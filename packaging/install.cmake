@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Installation (issue 4, packaging), included at the end of CMakeLists.txt.
 #   make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]
 #   cmake --install BUILD [--prefix P]       (DESTDIR from the environment)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Creates, only where missing, the development PKI and demo keys that
 # `make run` and the tests use (issue "keylessd serves": the embedded
 # default):

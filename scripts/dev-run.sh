@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `make run`: keylessd on its embedded default. Creates the development PKI
 # and demo keys in ./state on first run (scripts/dev-pki.sh), prints the
 # keyless-cli commands to try, then runs keylessd on 127.0.0.1:2407 in the

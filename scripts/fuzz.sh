@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs each libFuzzer target in BUILD_DIR for SECONDS on its corpus
 # (fuzz/corpus/<target>/, checked in). New inputs go to a scratch directory,
 # not into the checked-in corpus; crashes land in fuzz/artifacts/.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages keylessd needs to build and test, only those
 # that are missing. Safe to run again; needs root (or sudo) when it installs.
 set -euo pipefail

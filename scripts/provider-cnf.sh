@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # provider-cnf.sh OUT MODULE: writes an openssl.cnf that loads OpenSSL's
 # default provider and then the keyless provider MODULE (keyless.so), the
 # configuration docs/PROVIDER.md describes. Used by the e2e tests and the

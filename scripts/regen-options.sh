@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Regenerates the option reference in docs/OPERATIONS.md and the OPTIONS of
 # packaging/man/keylessd.8 from the option table (src/config/options.c),
 # between their BEGIN/END OPTIONS markers. test_dropin_modes fails until

@@ -23,7 +23,7 @@ while IFS= read -r f; do
         continue
     fi
     case $f in
-    *.c | *.h | *.map) line="/* $id */" ;;
+    *.c | *.h | *.inc | *.map) line="/* $id */" ;;
     *) line="# $id" ;;
     esac
     tmp=$(mktemp)

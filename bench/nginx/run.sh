@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Full TLS handshakes per second through nginx (issue 7, "Evidence"): the
 # same nginx serving the same certificate with its key on local disk and
 # with a keyless key reference (keyless.so + keylessd on this machine), in

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Turns the raw results of bench/nginx/run.sh into RESULTS.md.
 
 usage: summarize.py WORKDIR OUTDIR SMOKE

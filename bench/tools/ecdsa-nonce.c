@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ECDSA nonce precomputation: is it worth doing? (performance issue)
  *
  * The keyless literature precomputes each ECDSA nonce's (k^-1, r = (kG).x)

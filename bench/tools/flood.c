@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Client floods for the memory scenario of bench/run.sh (performance
  * issue: "memory under any client behaviour (floods included): bounded
  * by configuration; <= 200 MB by default"). One thread, epoll.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Many P-256 keys for the key-store scale scenario of bench/run.sh.
  *
  *   keygen-many DIR N

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reconnect storm (performance issue: "10,000 clients with cached
  * sessions reconnect at once: >= 99% resumed, all served within 5 s").
  *

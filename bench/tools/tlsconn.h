@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Non-blocking mutual-TLS client connections for the bench tools
  * (storm.c, flood.c): one epoll loop drives thousands of them in one
  * thread, each a small state machine - TCP connect, TLS handshake, then

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libkeyless: the key-server client library (client issue).
  *
  * Two layers over one connection implementation (src/client/link.c):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The Keyless wire protocol 1.0 (docs/PROTOCOL.md, sections P1..P9):
  * constants, names, and a pure codec (no I/O, no allocation).
  *
@@ -99,16 +100,16 @@ enum kl_err {
 
 /* What an opcode asks for, by key family (P4). */
 typedef enum kl_op_class {
-    KL_OPC_INVALID = 0,    /* not a request opcode: bad opcode */
-    KL_OPC_RESPONSE_ONLY,  /* 0xF0/0xF2/0xFF: unexpected opcode */
-    KL_OPC_PING,           /* answered inline with a pong */
-    KL_OPC_RSA,            /* decrypt and PKCS#1 v1.5 signatures */
-    KL_OPC_RSA_PSS,        /* RSASSA-PSS */
-    KL_OPC_ECDSA,          /* ECDSA over a digest */
-    KL_OPC_ED25519,        /* pure Ed25519 over a message */
-    KL_OPC_SEAL,           /* seal/unseal: internal error unless configured */
-    KL_OPC_RPC,            /* internal error unless configured */
-    KL_OPC_CUSTOM,         /* bad opcode unless configured */
+    KL_OPC_INVALID = 0,   /* not a request opcode: bad opcode */
+    KL_OPC_RESPONSE_ONLY, /* 0xF0/0xF2/0xFF: unexpected opcode */
+    KL_OPC_PING,          /* answered inline with a pong */
+    KL_OPC_RSA,           /* decrypt and PKCS#1 v1.5 signatures */
+    KL_OPC_RSA_PSS,       /* RSASSA-PSS */
+    KL_OPC_ECDSA,         /* ECDSA over a digest */
+    KL_OPC_ED25519,       /* pure Ed25519 over a message */
+    KL_OPC_SEAL,          /* seal/unseal: internal error unless configured */
+    KL_OPC_RPC,           /* internal error unless configured */
+    KL_OPC_CUSTOM,        /* bad opcode unless configured */
 } kl_op_class;
 
 kl_op_class kl_op_classify(uint8_t op);
@@ -143,13 +144,13 @@ typedef struct kl_header {
 /* Decodes the 8-byte header at the start of buf. KL_E_AGAIN if len < 8.
  * The version bytes are reported, never checked (P2). */
 KL_WUR kl_status kl_header_decode(const uint8_t *buf, size_t len,
-                                         kl_header *out);
+                                  kl_header *out);
 
 /* Checks whether buf starts with a complete message. On KL_OK, *frame_len
  * is 8 + body length and *hdr is filled; KL_E_AGAIN if more bytes are
  * needed. There is no other failure: any 16-bit length is legal. */
-KL_WUR kl_status kl_frame_peek(const uint8_t *buf, size_t len,
-                                      kl_header *hdr, size_t *frame_len);
+KL_WUR kl_status kl_frame_peek(const uint8_t *buf, size_t len, kl_header *hdr,
+                               size_t *frame_len);
 
 /* ---- P3 items: a parsed request ----------------------------------------- */
 
@@ -164,23 +165,23 @@ typedef struct kl_slice {
 typedef struct kl_request {
     kl_header hdr;
     bool has_opcode;
-    uint8_t opcode;        /* KL_OP_NONE when absent (P3) */
-    kl_slice payload;      /* empty (ptr may be NULL) when absent */
-    bool has_ski;          /* 20-byte SKI present (may still be all zero) */
+    uint8_t opcode;   /* KL_OP_NONE when absent (P3) */
+    kl_slice payload; /* empty (ptr may be NULL) when absent */
+    bool has_ski;     /* 20-byte SKI present (may still be all zero) */
     uint8_t ski[KL_SKI_LEN];
     bool has_digest;
     uint8_t digest[KL_DIGEST_LEN];
     kl_slice sni;
-    kl_slice client_ip;    /* 4 or 16 bytes when present */
-    kl_slice server_ip;    /* 4 or 16 bytes when present */
+    kl_slice client_ip; /* 4 or 16 bytes when present */
+    kl_slice server_ip; /* 4 or 16 bytes when present */
     kl_slice cert_id;
     kl_slice custom_func;
     kl_slice supplemental;
     kl_slice span_context; /* raw tag 0x15 */
     kl_slice req_context;  /* raw tag 0x16 JSON */
     bool has_compliance;
-    uint8_t compliance;    /* tag 0x17 */
-    uint8_t stray_bytes;   /* 1 or 2 trailing bytes ignored (P3) */
+    uint8_t compliance;     /* tag 0x17 */
+    uint8_t stray_bytes;    /* 1 or 2 trailing bytes ignored (P3) */
     uint32_t unknown_items; /* count of skipped unknown tags */
 } kl_request;
 
@@ -188,7 +189,7 @@ typedef struct kl_request {
  * P3. Errors: KL_E_ITEM_OVERRUN, KL_E_DUP_TAG, KL_E_OPCODE_LEN,
  * KL_E_COMPLIANCE_LEN, KL_E_IP_LEN - each answered `format error`. */
 KL_WUR kl_status kl_request_parse(const uint8_t *body, size_t len,
-                                         kl_request *req);
+                                  kl_request *req);
 
 /* True when the SKI is present and not all zero (P7). */
 bool kl_request_ski_valid(const kl_request *req);
@@ -205,14 +206,13 @@ size_t kl_response_len(size_t plen);
 /* Encodes a complete response (header + opcode item + payload item when
  * plen > 0 + padding). Writes *out_len bytes. KL_E_TOO_LARGE when the
  * payload exceeds KL_MAX_RESPONSE_PAYLOAD or cap is too small. */
-KL_WUR kl_status kl_response_encode(uint8_t *out, size_t cap,
-                                           uint32_t id, uint8_t opcode,
-                                           const uint8_t *payload, size_t plen,
-                                           size_t *out_len);
+KL_WUR kl_status kl_response_encode(uint8_t *out, size_t cap, uint32_t id,
+                                    uint8_t opcode, const uint8_t *payload,
+                                    size_t plen, size_t *out_len);
 
 /* Encodes an error response (opcode 0xFF, 1-byte payload). */
 KL_WUR kl_status kl_error_encode(uint8_t *out, size_t cap, uint32_t id,
-                                        uint8_t err, size_t *out_len);
+                                 uint8_t err, size_t *out_len);
 
 /* A decoded response (client side). */
 typedef struct kl_response {
@@ -225,9 +225,8 @@ typedef struct kl_response {
 /* Parses a response body with the same item rules as requests. An error
  * response whose payload is not exactly 1 byte is KL_E_BAD_VALUE; a missing
  * opcode is KL_E_BAD_VALUE. */
-KL_WUR kl_status kl_response_parse(const kl_header *hdr,
-                                          const uint8_t *body, size_t len,
-                                          kl_response *resp);
+KL_WUR kl_status kl_response_parse(const kl_header *hdr, const uint8_t *body,
+                                   size_t len, kl_response *resp);
 
 /* What a client puts in a request. Absent fields: NULL/0 or has_* false. */
 typedef struct kl_request_spec {
@@ -237,7 +236,7 @@ typedef struct kl_request_spec {
     size_t payload_len;
     const uint8_t *supplemental;
     size_t supplemental_len;
-    const uint8_t *ski; /* 20 bytes or NULL */
+    const uint8_t *ski;    /* 20 bytes or NULL */
     const uint8_t *digest; /* 32 bytes or NULL */
     const uint8_t *client_ip;
     size_t client_ip_len; /* 4 or 16 */
@@ -258,8 +257,8 @@ typedef struct kl_request_spec {
  * supplemental, SKI, digest, client IP, server IP, SNI, cert id, custom
  * function, span context, request context, compliance region, padding). */
 KL_WUR kl_status kl_request_encode(uint8_t *out, size_t cap,
-                                          const kl_request_spec *spec,
-                                          size_t *out_len);
+                                   const kl_request_spec *spec,
+                                   size_t *out_len);
 
 /* ---- P3 tag 0x15 and 0x16, P9 extensions --------------------------------- */
 
@@ -273,7 +272,7 @@ typedef struct kl_span_context {
 /* Parses a span context in the Jaeger binary form or the text form
  * "traceid:spanid:parentid:flags" (hex). KL_E_BAD_VALUE if neither. */
 KL_WUR kl_status kl_span_context_parse(const uint8_t *p, size_t len,
-                                              kl_span_context *out);
+                                       kl_span_context *out);
 
 #define KL_REQUEST_ID_MAX 128
 
@@ -282,7 +281,7 @@ typedef struct kl_req_context {
     bool has_deadline;
     uint32_t deadline_ms; /* P9 */
     bool has_hops;
-    uint32_t hops; /* P9 */
+    uint32_t hops;  /* P9 */
     char trace[64]; /* P9 W3C traceparent, "" when absent */
 } kl_req_context;
 
@@ -290,13 +289,13 @@ typedef struct kl_req_context {
  * the wrong type is ignored too. KL_E_BAD_VALUE when the text is not a JSON
  * object (the caller logs it and serves the request anyway). */
 KL_WUR kl_status kl_req_context_parse(const uint8_t *p, size_t len,
-                                             kl_req_context *out);
+                                      kl_req_context *out);
 
 /* Writes a request-context JSON object with the given members into out
  * (NUL-terminated). request_id may be NULL; deadline/hops are written when
  * their has_* is set. KL_E_TOO_LARGE if it does not fit. */
 KL_WUR kl_status kl_req_context_format(char *out, size_t cap,
-                                              const kl_req_context *ctx);
+                                       const kl_req_context *ctx);
 
 #ifdef __cplusplus
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keylessd status codes, shared by the wire codec and libkeyless.
  * KL_OK is zero; every failure is a distinct negative value, so a caller can
  * tell "need more bytes" from "peer sent garbage" from "we broke". */
@@ -26,7 +27,7 @@ typedef enum kl_status {
     KL_E_NOMEM = -30,
     KL_E_IO = -31,
     KL_E_CONFIG = -32,
-    KL_E_KEY = -33,     /* a key file could not be used */
+    KL_E_KEY = -33, /* a key file could not be used */
     KL_E_TLS = -34,
     KL_E_INTERNAL = -35,
     KL_E_NOT_FOUND = -36,

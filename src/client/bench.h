@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyless-bench's parts (cmd/keyless-bench.c is its event loop): the
  * command line (bench_args.c), keys, inputs and connections
  * (bench_setup.c), and counting and reporting (bench_report.c). They live

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyless-bench's command line: a table of flags written the Go way
  * (-flag value, -flag=value, bare -flag for booleans; --flag too), the
  * reference bench tool's names where they overlap, and -mix. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyless-bench's counting and reporting: each worker counts into its own
  * stats (no sharing on the hot path; two relaxed atomics published for the
  * progress line), merged once at the end into the reference tool's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyless-bench's setup: the keys and inputs of each operation, checks on
  * the combination of flags, and the connections - kl_targets for a run,
  * plain kl_clients for -idle (one descriptor each instead of a target's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Retry budget and reconnect backoff: see budget.h. */
 #include "client/budget.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The two pieces of arithmetic that keep a client from making an outage
  * worse (client issue: "the retry storm"), pure so they can be tested
  * without a clock or sockets:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kl_client: one connection driven by blocking calls. The steps (connect,
  * handshake, moving bytes between TLS and the pipeline) are the link's
  * (link.c), shared with the asynchronous target; this file adds the waits.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Go-style durations: see godur.h. */
 #include "client/godur.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Durations written the way Go writes them, so the reference bench tool's
  * runbooks work with keyless-bench: "10s", "0.5ms", "20µs" (also "20us"
  * and "20μs"), "1m30s", "1h", "250ns"; a bare "0". */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Log-linear latency histogram: see lathist.h. */
 #include "client/lathist.h"
 

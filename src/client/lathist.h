@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A latency histogram for the bench and for anyone who needs percentiles
  * of many samples cheaply: log-linear buckets (64 per power of two, so a
  * percentile is off by at most 1/64 = 1.6%), fixed size, no allocation,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A client connection's socket and bytes: see link.h. */
 #include "client/link.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One client connection's socket and bytes: resolving and connecting
  * (non-blocking, TCP_NODELAY), the TLS handshake, and moving bytes between
  * TLS and the pure pipeline state (pipeline.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Operation names for command lines: see opnames.h. */
 #include "client/opnames.h"
 

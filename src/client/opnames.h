@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Operation names for command lines (keyless-cli --op, keyless-bench -op
  * and -mix): short names such as "ecdsa-sha256", the protocol's names
  * ("OpECDSASignSHA256", as kl_op_name prints them, which the reference

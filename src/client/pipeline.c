@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The pure half of a client connection: see pipeline.h. */
 #include "client/pipeline.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The pure half of a client connection: requests encoded into one output
  * buffer, received bytes framed into responses, ids tracked in between.
  * No sockets here - kl_client (client.c) moves bytes between this state and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Outstanding request ids: see reqtable.h. */
 #include "client/reqtable.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The table of outstanding request ids of one connection (protocol P2: the
  * server echoes the id, the client matches). Ids may repeat on the wire, so
  * each id keeps a count of requests waiting for it and a count of those

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libkeyless's asynchronous client, the kl_target itself: options and
  * creation, the descriptors behind kl_async_fd (created lazily, in the
  * process that uses them), fork detection, and one round of work. The

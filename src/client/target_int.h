@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Inside a kl_target (the rules are in include/keyless/client.h). Four
  * files share this state, each one concern:
  * - target.c: creation and options, the descriptors behind kl_async_fd,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The blocking side of a kl_target: a caller waits for its request by
  * driving the target itself (the library starts no threads). Several
  * blocking callers take turns: one polls and runs the callbacks, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A target's connections: connect and handshake as a non-blocking state
  * machine, sticky failover with backoff, writing, reading, idle pings, and
  * what happens to the requests of a connection that breaks. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A target's requests: copied at submit, queued unsent, encoded with the
  * budget left when they are written (protocol P9), expired at their
  * deadline, completed onto the done list, cancelled by their caller. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* 64-bit key to pointer map: see u64map.h. */
 #include "client/u64map.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A map from 64-bit keys to pointers: open addressing with linear probing
  * and backward-shift deletion (no tombstones, so a long-lived target never
  * degrades). The asynchronous client keeps its requests in two of them: by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The public-key side of an operation: see verify.h. */
 #include "client/verify.h"
 

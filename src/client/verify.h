@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The public-key side of a key-server operation: load the public key a
  * client holds (certificate or public key file), hash a message the way an
  * opcode expects, and check a server's answer (protocol P4). Used by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keylessd configuration (style.md 10): one table of options drives the
  * YAML file, the KEYLESS_* environment, the command-line flags, validation,
  * --help, --output-config and docs/OPERATIONS.md. Precedence: flag >

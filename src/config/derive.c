@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* After the sources: which file to read, and the fields derived from the
  * options (key stores from the comma lists, test delays, current_time, the
  * tracing endpoint) with the checks that need more than one option. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The option reference, generated from the option table so that the
  * documentation cannot drift from the code: the tables of
  * docs/OPERATIONS.md (--help-markdown) and the OPTIONS section of

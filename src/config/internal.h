@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/config. */
 #ifndef KL_CONFIG_INTERNAL_H
 #define KL_CONFIG_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Putting the sources together: defaults, then the file, then the
  * environment, then the flags (flag > environment > file > default), then
  * the derived fields (derive.c). */

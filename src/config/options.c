@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The option table (style.md 10). One row per option: everything that
  * parses, validates, documents or reloads it is driven from here. Every key
  * of the reference's gokeyless.yaml is a row, with the reference's default;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the option table prints for the operator: --help and the effective
  * configuration as YAML (--output-config), secrets redacted. The reference
  * pages are generated in docgen.c. */

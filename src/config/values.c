@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Value parsers shared by the file, the environment and the flags: one
  * definition of what "10s" or "yes" means, and one wording of each error. */
 #include <ctype.h>

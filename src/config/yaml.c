@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The YAML file (libyaml's document API). Every error names the file, the
  * line libyaml reports for the offending node, the option and the fix, e.g.
  * "gokeyless.yaml:7: port: 70000 is out of range 1..65535". Unknown keys are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The one bounded cursor through which every untrusted byte is read
  * (style.md 1). A read either succeeds completely or fails with
  * KL_E_TRUNCATED and leaves the cursor unchanged; nothing indexes a raw frame
@@ -24,7 +25,10 @@ static inline void kl_cursor_init(kl_cursor *c, const uint8_t *p, size_t len)
     c->left = len;
 }
 
-static inline size_t kl_cursor_left(const kl_cursor *c) { return c->left; }
+static inline size_t kl_cursor_left(const kl_cursor *c)
+{
+    return c->left;
+}
 
 KL_WUR static inline kl_status kl_read_u8(kl_cursor *c, uint8_t *v)
 {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Logging to stderr. Levels follow the reference server's `loglevel`
  * (0 debug .. 5 fatal, default 1 = info). Never log key material. */
 #ifndef KL_CORE_LOG_H

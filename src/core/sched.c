@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Real-time scheduling of the serving threads (sched.h). */
 #include "core/sched.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Real-time scheduling of keylessd's serving threads (issue 5, option
  * realtime_priority; docs/DESIGN.md "Real-time event loops").
  *

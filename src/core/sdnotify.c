@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sd_notify without libsystemd: the protocol is a single datagram on an
  * AF_UNIX socket, so a dozen lines of socket code replace a library
  * dependency the package would otherwise need. systemd identifies the

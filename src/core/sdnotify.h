@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Readiness notification to the service manager (systemd's sd_notify
  * protocol), without linking libsystemd: one datagram of "KEY=VALUE" lines
  * to the AF_UNIX socket named by $NOTIFY_SOCKET. Outside systemd (variable

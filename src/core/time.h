@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #ifndef KL_CORE_TIME_H
 #define KL_CORE_TIME_H
 
@@ -12,6 +13,9 @@ static inline uint64_t kl_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline uint64_t kl_now_ms(void) { return kl_now_ns() / 1000000ull; }
+static inline uint64_t kl_now_ms(void)
+{
+    return kl_now_ns() / 1000000ull;
+}
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Per-thread context cache (see ctx_cache.h). */
 #include <stdlib.h>
 

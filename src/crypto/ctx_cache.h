@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/crypto: per-thread cache of prepared OpenSSL contexts.
  * Setting up an EVP_PKEY_CTX for a signature costs ~11% of an ECDSA P-256
  * signature, so each worker thread keeps the contexts it made, by (key,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ECDSA from a bare scalar (see ec_direct.h). EVP offers no way to sign
  * with a key without that key's own OpenSSL objects: an EVP_PKEY for P-256
  * is 44 allocations (~1.9 KiB, its own EC_GROUP copy), and with 100,000

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ECDSA with a key's bare private scalar (kl_key_ec_scalar) on a
  * per-thread EC_KEY: the one place keylessd uses OpenSSL's deprecated EC
  * API, because 100,000 keys measured it (docs/DESIGN.md "Many keys: the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Executing one private-key operation (protocol P4) with OpenSSL's EVP API.
  * Opcode constants come straight from keyless/protocol.h so this file
  * needs nothing from src/proto. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Executing one private-key operation (protocol P4) with OpenSSL's EVP API.
  * Pure computation, thread-safe: callable from any worker thread. Contexts
  * that can be cached per key per thread are cached (an EVP_PKEY_CTX per key

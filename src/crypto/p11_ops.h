@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/crypto: private-key operations on PKCS#11 tokens (issue
  * 12), reached through kl_crypto_exec_deadline once the opcode, the key type
  * and the input length were checked. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The cost-class worker pool (see pool.h, architecture 2).
  *
  * One mutex and one condition variable guard both queues; workers sleep on

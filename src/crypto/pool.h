@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Worker pool executing crypto jobs by cost class (architecture 2): each
  * class has its own bounded queue; workers prefer the fast class, and long
  * slow jobs (RSA above 2048 bits) can never occupy every worker, so a burst

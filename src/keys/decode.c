@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One key file's bytes -> a checked EVP_PKEY (see decode.h). */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/keys: turning the bytes of one key file into a checked
  * EVP_PKEY. The loader and the fuzz target (fuzz/fuzz_keyfile.c) share this
  * one path, so what the fuzzer hammers is what keylessd runs. */

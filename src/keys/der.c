@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Telling DER key formats apart by their outer shape, through the bounded
  * cursor (style.md 1). Nothing here decodes key material: it only picks the
  * decoder context for the format (a context for one format decodes ~2x

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Key, CSR and file writing for activation (enrol.h). */
 #include "keys/enrol.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The key server's own identity made locally, for activation (issue 4):
  * a new ECDSA P-384 key, a certificate signing request for the server's
  * hostname, and the files that hold them, written so that a crash or a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The key store (architecture 3): private keys indexed by SKI (protocol P7)
  * in a hash map, loaded from directories and files.
  * Key material lives only here and in src/crypto. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* PKCS#11 modules, tokens and their session pools (see p11.h, issue 12).
  *
  * Modules are loaded through p11-kit as managed modules: p11-kit gives each

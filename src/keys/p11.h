@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/keys and src/crypto: keys held by PKCS#11 tokens (issue
  * 12). A kl_p11_set belongs to one key store and holds the modules it
  * loaded (through p11-kit, each at most once) and the tokens its keys live

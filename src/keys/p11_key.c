@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Key store entries "uri: pkcs11:..." (issue 12): from the URI to an
  * indexed key whose private operations run on the token. Every message
  * names the URI with its PIN redacted. */

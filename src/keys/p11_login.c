@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checking a PIN when the token is already logged in (issue 12).
  *
  * PKCS#11 keeps one login state per token per process: once a key store has

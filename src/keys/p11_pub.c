@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The public half of a token's private key (issue 12), built from the
  * attributes the token holds, so that the SKI (protocol P7) of an HSM key is
  * computed by kl_ski_from_pkey exactly as for a key file:

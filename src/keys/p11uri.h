@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/keys (and fuzz/fuzz_p11uri.c): a key store entry
  * "pkcs11:..." (RFC 7512, parsed by p11-kit) checked against the rules of
  * issue 12 and turned into plain fields. The PIN never appears in messages:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* PEM framing (RFC 7468): finding "-----BEGIN X-----" blocks and decoding
  * their base64 bodies. Done here rather than by OpenSSL's PEM decoder so the
  * loader can pick the private-key block out of a file that also holds

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Subject key identifiers (protocol P7): SHA-1 over the contents of the
  * subjectPublicKey BIT STRING - what RFC 5280 calls method 1, and what the
  * edge sends to select a key. Built from the key's public parameters

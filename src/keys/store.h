@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/keys: the key store's insides, shared by keystore.c (the
  * index) and load.c (files and directories). */
 #ifndef KL_KEYS_STORE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/loop: the loop structure shared by loop.c and timer.c. */
 #ifndef KL_LOOP_INTERNAL_H
 #define KL_LOOP_INTERNAL_H

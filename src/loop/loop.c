@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The epoll loop. Level-triggered: an owner that stops reading removes its
  * read interest instead of leaving bytes unread under an edge trigger, which
  * keeps backpressure (protocol P8) a matter of one kl_watch_set(). */

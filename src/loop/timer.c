@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Timers as a binary min-heap of pointers into their owners' structs. Each
  * timer remembers its heap slot, so re-arming or stopping one connection's
  * deadline is O(log n) even with 10k connections. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* certificate_expiration_timestamp_seconds: one gauge per certificate, with
  * the reference's labels and their formats (decimal serial number, the
  * subject CN, the sorted comma-joined DNS SANs, "1"/"0" for CA, server and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The Prometheus text exposition format 0.0.4: a growable buffer, escaping,
  * float formatting and the histogram lines. */
 #include <math.h>

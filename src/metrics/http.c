@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The HTTP endpoint on metrics_port (issue 11): /metrics, /health, /ready,
  * served by libmicrohttpd on a polling thread of its own (architecture 7),
  * so a slow scraper can never stall a shard. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Internals of src/metrics, shared by its files only. */
 #ifndef KL_METRICS_INTERNAL_H
 #define KL_METRICS_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Label values and bucket boundaries. The reference's ones (protocol P6)
  * must stay byte for byte, or existing dashboards and alerts stop
  * matching. */

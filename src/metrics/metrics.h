@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Metrics (issue 11, architecture 6): counters and histograms kept per thread
  * and summed when scraped (style.md 11), rendered in the Prometheus text
  * format 0.0.4 and served with /health and /ready over HTTP on the metrics

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The standard process_* series (the names every Prometheus client library
  * exports, so generic dashboards work), read from /proc/self at scrape. */
 #include <dirent.h>

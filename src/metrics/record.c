@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The registry and the recording side. Every per-thread value has exactly
  * one writer, so an update is a relaxed load and a relaxed store (style.md
  * 11): no lock, no locked read-modify-write, and the scraper's relaxed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A scrape: add up every thread's slot, then write the families. The
  * reference's series come first, with its names, label names and values
  * and buckets (protocol P6); keylessd's own are prefixed keylessd_. */

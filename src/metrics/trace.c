@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The span recorder and its exporter thread (trace.h has the rules).
  *
  * Rings. A ring is a power-of-two array of span slots with a head written

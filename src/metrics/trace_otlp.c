@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Spans on the wire: the OTLP/HTTP JSON encoding of a batch (what the
  * exporter POSTs to /v1/traces) and the tag-0x15 span context (protocol
  * P3) that keylessd reads from clients and writes to upstreams. Pure

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Spans for the router's attempts (trace.h: "the router's attempts"):
  * route choice and each attempt of a forwarded request, on the router
  * thread, children of the server's route span (routed.c). */

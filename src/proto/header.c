@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* P2 message header and stream framing. */
 #include "keyless/protocol.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers shared by the codec's own files; not part of the public API. */
 #ifndef KL_PROTO_INTERNAL_H
 #define KL_PROTO_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* P6 names: opcode names and types for metrics labels, error texts, and the
  * opcode classification that the dispatcher switches on (P4). All strings
  * are static, so every function here is thread-safe and never allocates. */

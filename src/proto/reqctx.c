@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* P3 tag 0x16: the request-context JSON object, and the P9 members keylessd
  * adds to it (deadline_ms, hops, trace). The reference reads only
  * request_id; unknown members and members of the wrong type are ignored so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* P3 request body parsing: a walk over TLV items through the bounded cursor.
  * Zero-copy: slices in the kl_request point into the caller's body. */
 #include "keyless/protocol.h"

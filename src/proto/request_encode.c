@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Request encoding (the client side of P3), in the reference client's item
  * order, padded like responses (P5). */
 #include "keyless/protocol.h"

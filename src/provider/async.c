@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Key operations inside OpenSSL async jobs (see async.h). */
 #include "provider/async.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Key operations inside OpenSSL async jobs (issue 8).
  *
  * When libssl runs a handshake in an async job (SSL_MODE_ASYNC: HAProxy's

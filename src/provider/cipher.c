@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* RSA decryption with keyless keys, for TLS 1.2 RSA key exchange (issue 7).
  *
  * libssl decrypts the ClientKeyExchange in RSA_PKCS1_WITH_TLS_PADDING mode

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Key-reference decoders (issue 7): a KEYLESS KEY REFERENCE PEM block
  * becomes a keyless key, in two steps that fit OpenSSL 3.0's decoder chains:
  *

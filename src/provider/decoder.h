@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the decoders hand to the keymgmt (see decoder.c). */
 #ifndef KL_PROVIDER_DECODER_H
 #define KL_PROVIDER_DECODER_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The per-target I/O thread of asynchronous key operations (see io.h). */
 #include "provider/io.h"
 

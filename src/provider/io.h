@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The I/O thread that drives a libkeyless target for asynchronous key
  * operations (issue 8).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Keyless keys and their remote operations (see key.h). */
 #include "provider/key.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A keyless key: the public half (an ordinary EVP_PKEY in the provider's
  * child library context) plus, for a key reference, how to reach the key
  * servers that hold the private half. Immutable once built, reference

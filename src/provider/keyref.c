@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Key reference body: parser and encoder (see keyref.h). Every byte is read
  * through the bounded cursor (style.md 1). */
 #include "provider/keyref.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Key references through OpenSSL: see keyref_pem.h. */
 #include "provider/keyref_pem.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The OpenSSL side of key references: building one from a public key,
  * writing and reading its PEM armour, and turning its public key back into
  * an EVP_PKEY that must match its SKI (protocol P7). */

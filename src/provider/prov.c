@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The provider's entry point, algorithm tables, errors and shared targets
  * (see prov.h). */
 #include "provider/prov.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The keyless OpenSSL 3 provider (issue 7): its context and what its
  * parts share. Entry point: OSSL_provider_init (prov.c). The parts:
  *   decoder.c   PEM key references -> keys (keyref.h for the format)

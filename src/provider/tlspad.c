@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Constant-time TLS premaster check (see tlspad.h). Every byte of em is
  * read exactly once, in order, and every decision is a mask. */
 #include "provider/tlspad.h"

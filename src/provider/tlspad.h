@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The TLS 1.2 RSA key exchange check, done by the provider because the key
  * server returns the raw RSA result (protocol P4, opcode 0x01) and leaves
  * the padding to the client. RFC 5246 7.4.7.1: a premaster secret whose

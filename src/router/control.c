@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The routing table's life (issue 9): loaded at start (a bad file stops
  * startup), re-read when the file changes (an mtime/inode/size poll every
  * reload_poll_ms - simple, and it works for editors that replace the file

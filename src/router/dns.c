@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `dns:` entries resolved with their records' TTL (issue 9, dns.h).
  *
  * The query goes out through res_nquery (a private resolver state per

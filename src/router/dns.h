@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* DNS for the routing table's `dns:` entries (issue 9): the A and AAAA
  * records of a name together with their TTL, so that the router re-resolves
  * a name when its record expires rather than on a fixed interval.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The request a router sends upstream (issue 9, protocol P9): everything
  * the client sent - SKI, opcode, payload, compliance region, span context
  * (tag 0x15, raw), the logging items and the request context's other

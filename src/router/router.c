@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The router's thread and its requests (issue 9; router.h has the rules,
  * router_int.h the layout).
  *
@@ -410,7 +411,7 @@ static void *router_main(void *arg)
 {
     kl_router *r = arg;
     pthread_setname_np(pthread_self(), "kl-router"); /* top -H, perf */
-    kl_sched_thread_start(KL_THREAD_LOOP); /* realtime_priority */
+    kl_sched_thread_start(KL_THREAD_LOOP);           /* realtime_priority */
     if (kl_loop_run(r->loop) != KL_OK)
         kl_error("router: event loop failed; routed requests are answered "
                  "`internal error`");

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The geo router (issue 9, docs/ROUTING.md): serves operations for keys
  * that are not held locally by forwarding them to the best remote key
  * server that holds them and may serve them.

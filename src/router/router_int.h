@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Inside the router (router.h has the rules). Files:
  * - router.c: creation, the loop thread, the inbox from other threads,
  *   requests and their attempts, cancel;

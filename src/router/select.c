@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Which remotes may serve a request, best first (issue 9). Order:
  * 1. healthy before unhealthy (a remote whose last probe or request
  *    failed is tried only after every healthy one);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The per-attempt timeout (issue 9): queueing is not loss.
  *
  * An attempt is timed out only when its connection has answered nothing

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Building and querying a routing table (table.h). The YAML reader adds
  * servers, key sets, (server, SKI) pairs and key policies in any order;
  * kl_rt_build_finish sorts the pairs by SKI and folds them into one entry

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Building a routing table (table.c), driven by the YAML reader
  * (table_yaml.c). Private to src/router and its unit tests. */
 #ifndef KL_ROUTER_TABLE_INT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The routing table's YAML form (docs/ROUTING.md has the full format):
  *
  *   region_codes: {1: fedramp-high, 0x02: eu}   # tag 0x17 -> region

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Access lists (see acl.h). A connection's client is matched against the
  * rules once, after its handshake (a bit set of rules); each key request
  * then only scans the keys of those rules.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Access lists (issue 10, docs/SECURITY.md): which client identities may
  * use which keys, beyond the mutual TLS every client passes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* When keylessd enrols, renews or refuses (activate.h). The reference
  * server enrols whenever its certificate cannot be loaded or is outside
  * its validity, and then overwrites the key without a trace. keylessd

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Activation (issue 4): obtaining the key server's own certificate
  * (auth_cert) from Cloudflare's Origin CA, as the reference server does.
  * keylessd makes an ECDSA P-384 key and a CSR for `hostname`

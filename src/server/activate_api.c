@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The Origin CA "create certificate" request and answer (activate.h).
  * Fields as Cloudflare documents them for POST /client/v4/certificates:
  * request hostnames[], request_type ("keyless-certificate" for Keyless SSL

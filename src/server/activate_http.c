@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The Origin CA API call over HTTP (activate.h), with libcurl
  * (architecture.md section 7). The Origin CA key travels in one request
  * header and nowhere else: it is not in the URL, not in a log line, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One client connection, on its shard's thread only: TLS handshake, reading
  * and cutting frames, dispatch, answers, limits with backpressure, idle
  * timeout, drain and close (protocol P1, P2, P3, P5, P6, P8). */

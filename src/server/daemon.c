@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keylessd's main: the configuration, then one mode - help, version, the
  * option reference, the effective configuration, --check,
  * --keystore-debug, --config-only, --manual-activation - or serving. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keylessd as a process (cmd/keylessd.c is a thin main over this): the
  * modes (--check, --keystore-debug, --output-config, --config-only, ...),
  * startup with the certificate checks, serving, and reload on SIGHUP or a

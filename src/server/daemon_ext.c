@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The daemon's geo router and metrics endpoint (daemon_ext.h has the
  * order). */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to the daemon: its optional parts beside the serving core - the
  * geo router (issue 9, docs/ROUTING.md) and the metrics endpoint with
  * /health and /ready (issue 11, docs/METRICS.md). Kept apart from

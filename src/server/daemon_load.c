@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What keylessd loads from its configuration - the key store and the TLS
  * context - and the two modes that only load: --check and
  * --keystore-debug. Every problem is one log line naming the file. */

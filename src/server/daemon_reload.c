@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reload (issue 4): everything is built beside what is serving, then
  * swapped in at once (server/res.c); a failure keeps what is serving. The
  * rules:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Serving: the worker pool and the shards, the pid file, systemd's
  * notifications, and the main thread's loop over signals and key directory
  * changes. The main thread never serves: it sleeps in poll() and does the

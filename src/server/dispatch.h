@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What to do with one request, before any key is touched (protocol P3, P4,
  * P6): a pure function, so the error mapping is unit-tested without a
  * socket. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/server: shards, connections, jobs. Threading rule
  * (style.md 7): a connection and everything in a shard except its
  * completion queue are touched only by the shard's thread; workers touch a

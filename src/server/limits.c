@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Connection admission and process hardening (issue 10, docs/SECURITY.md).
  *
  * Why caps at accept time: a connection costs a descriptor, ~20 KiB of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Abuse resistance (issue 10): admission of new connections under the
  * connection and handshake caps (global and per source address), the
  * bytes a client may send before its handshake completes, and the process-wide

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Where the serving core records its metrics (issue 11, docs/METRICS.md):
  * each shard writes only its own slot (src/metrics: relaxed loads and
  * stores, no lock, no locked read-modify-write), and crypto jobs carry

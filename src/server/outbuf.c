@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #include "server/outbuf.h"
 
 #include <stdlib.h>

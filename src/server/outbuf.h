@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A connection's output buffer: encoded responses accumulate here during a
  * loop turn and leave together in one TLS write (protocol P8: coalesce, never
  * header and body apart). The unsent bytes always start at data(); the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Requests and their answers (protocol P2, P3, P4, P6, P9): dispatch,
  * key lookup, jobs for the worker pool, and encoding what comes back. Runs
  * on the connection's shard thread. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reload without dropping a request (issue 4): the key store and the TLS
  * context are swapped as a whole, never edited in place.
  *

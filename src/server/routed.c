@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Requests for keys this server does not hold but its routing table does
  * (issue 9, docs/ROUTING.md): handed to the router, which forwards them on
  * its own thread, and answered through the shard's completion queue like a

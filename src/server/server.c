@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Creating, starting and stopping the shards. */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keylessd's serving core (architecture 2, protocol P1/P2/P5/P6/P8): shards
  * (one epoll loop thread each, own SO_REUSEPORT listener, connections for
  * life), mutual TLS, request dispatch, crypto handed to the worker pool,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A shard: one thread, one epoll loop, one SO_REUSEPORT listener, the
  * connections it accepted, and the completion queue through which worker
  * threads hand finished jobs back (style.md 7: a queue and a wake-up, never

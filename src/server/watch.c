@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* inotify on key directories (watch.h). Watches are re-made at every
  * reload from the configuration, so a new subdirectory is watched after the
  * reload its creation caused. */

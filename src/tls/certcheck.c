@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Explaining certificate setup errors (certcheck.h). Every message names
  * the option and the file, says what was found and what to do. */
 #include "tls/certcheck.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The most common setup error is confusing the key server's own TLS
  * identity (auth_cert/auth_key, issued for its hostname) with the keys it
  * serves, or the CA its clients chain to with either. This module reads the

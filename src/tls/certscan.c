@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Classifying the contents of certificate and key files (certscan.h). The
  * bytes of private key blocks are wiped once looked at. */
 #include "tls/certscan.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/tls: what a PEM or DER file holds, read without trusting
  * its name (certcheck.c). */
 #ifndef KL_TLS_CERTSCAN_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The only file that calls SSL_* (style.md 9): context building for the
  * key server and its clients, and one translation of SSL_get_error. */
 #include "tls/tls.h"

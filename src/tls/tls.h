@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* All of OpenSSL's SSL_* API lives behind this interface (style.md 9):
  * context building for the server and the client, and non-blocking (or
  * blocking) record I/O on a socket with one translation of SSL_get_error.

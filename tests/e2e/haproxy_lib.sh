@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # HAProxy for the end-to-end test (test_haproxy.sh) and the benchmark
 # (bench/haproxy/run.sh), issue 8. Sourced after lib.sh; skips when the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Shared by the end-to-end tests of the keyless provider (issue 7): a test
 # PKI, a keylessd holding the real keys, certificates and key references

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end, issue 7 test 1: `openssl s_server` holding only certificates
 # and keyless key references (keyless.so loaded through openssl.cnf after
 # the default provider) completes handshakes with `openssl s_client` while

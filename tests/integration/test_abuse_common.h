@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared by the abuse, overload, access-list, secrets and soak tests
  * (issue 10): a well-behaved client on the side whose latency is measured
  * while a test attacks the server, raw TCP and raw TLS connections (a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Issue 10, abuse resistance at the connection level: a slow-loris client,
  * a flood of TCP connects without TLS, 10,000 connections opened at once,
  * and the connection cap. Each is bounded or disconnected while a

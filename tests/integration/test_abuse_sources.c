@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Issue 10, abuse resistance per source and before authentication:
  *  - max_handshaking_per_source: many handshakes from one address are
  *    capped (the rest closed at accept) while another address still gets

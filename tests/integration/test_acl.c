@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Issue 10, authorisation beyond mutual TLS: access lists (server/acl.h,
  * docs/SECURITY.md). Clients matched by subject CN, by SAN and by SHA-256
  * fingerprint; keys by directory and by SKI. An allowed request is served;

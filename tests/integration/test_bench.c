@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyless-bench against a keylessd, about a second per mode: closed loop
  * with the reference tool's flags and lines, open loop at a fixed rate, a
  * mix of every kind of operation verified answer by answer, JSON, threads,

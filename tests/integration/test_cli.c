@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyless-cli against a running keylessd: ping, sign for each operation
  * family, decrypt --encrypt-test - exit 0 and an "OK:" verdict; a key the
  * server does not have, a stopped server and bad flags - non-zero with a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libkeyless's two ways in (client issue): the blocking call and the
  * asynchronous API driven from a poll loop, the fork rule (a target used
  * before fork works in the child and still in the parent), cancel and

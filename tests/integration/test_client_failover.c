@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Connections of libkeyless (client issue): several key servers per
  * target with failover - a server that refuses connections is skipped, a
  * server killed mid-run leaves every request answered (result or error)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The small-write trap (client issue, protocol P8): 1,000 sequential
  * requests, one at a time, on an idle connection must see p99 under 5 ms
  * and no round trip at or above 35 ms. A message written as header and

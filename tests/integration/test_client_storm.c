@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The retry storm (client issue): a key server slowed below the offered
  * rate (one worker, every request on the key sleeps 20 ms: ~50/s) and
  * callers offering ~100/s with 100 ms deadlines. The requests that reach

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One kl_target shared by several threads (client issue: TSan-clean under
  * concurrent use): blocking callers take turns driving the target while
  * another thread submits asynchronously and a third runs the poll loop;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Logs (issue 4): quiet at the default level (nothing per successful
  * request), one line per error response with the client's certificate
  * name and the request id of tag 0x16, at most 10 such lines per second and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keylessd's modes and the drop-in behaviours of its configuration
  * (issue 4), run as the operator would: --version, --help, --output-config
  * (secrets redacted), the file search in the working directory, relative

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Issue 12 through a real keylessd: an RSA key in a SoftHSM2 token (a
  * `uri:` key store) and an ECDSA key on disk, served side by side. Every
  * HSM operation verifies with OpenSSL, --keystore-debug lists the token key,

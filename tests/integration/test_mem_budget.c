@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Issue 5 (memory bounded by configuration) and issue 10 (output buffered
  * per connection never grows memory): many connections pipeline pings with
  * 64 KiB frames and never read the answers. keylessd's peak RSS (VmHWM)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared by the in-process provider tests (test_provider_*.c): the keyless
  * provider added as a built-in to a library context of its own (so it runs
  * under the test's sanitizers, which a keyless.so loaded into a system

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The keyless provider's operations in-process (issue 7): every signature
  * the key server offers, made through EVP (one-shot and streamed digests,
  * a duplicated context, a precomputed digest) and verified with the public

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The keyless provider in-process (issue 7): key references load through
  * PEM_read_bio_PrivateKey (alone and in a bundle), match their certificate
  * (SSL_CTX_check_private_key), and TLS servers complete handshakes with

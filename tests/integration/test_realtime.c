@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Option realtime_priority (issue 5, docs/DESIGN.md "Real-time event
  * loops"): keylessd's shards run SCHED_FIFO one priority above its crypto
  * workers, its other threads keep normal scheduling, and it serves. Where

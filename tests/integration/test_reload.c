@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reload without restart (issue 4), under load: a client thread keeps
  * signing, pipelined, and another keeps opening new connections, while the
  * test sends SIGHUP a dozen times, adding and removing key files (one of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reload of the key server's own certificate and of watched key
  * directories (issue 4):
  *  - a broken auth_cert at reload keeps the old one: new connections still

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The capacity outage (issue 9): remote capacity must be bounded by the
  * remote, never by local threads or a handful of connections. One
  * upstream connection (max_conns_per_remote = 1) with 100 ms injected

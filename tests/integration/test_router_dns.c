@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `dns:` routes follow their records' TTL (issue 9, src/router/dns.c,
  * control.c). A tiny DNS responder in this process, on 127.0.0.1, answers
  * the router (router_dns_server points at it): nothing leaves loopback and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Upstream connections grow with load and shrink when it is gone (issue 9,
  * src/router/remote.c): a remote gets another connection when each one
  * carries conn_inflight_threshold requests; one beyond the first that

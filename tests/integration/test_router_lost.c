@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A request lost alone on a connection that keeps answering (issue 9,
  * docs/ROUTING.md "lost alone"; src/router/stall.c). The upstreams are
  * tests/tools/lossyup.h servers: one answers every request but swallows

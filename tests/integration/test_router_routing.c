@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Geo routing end to end (issue 9), the router driven through its C API
  * in this process (the keylessd hook is not wired yet; docs/ROUTING.md):
  * three "data centres" - keylessd daemons holding the same P-256 key, each

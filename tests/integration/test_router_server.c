@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keylessd with geo routing (issue 9, docs/ROUTING.md), through real
  * daemons and real clients:
  * - a key held here is served here, one held by a remote is forwarded and

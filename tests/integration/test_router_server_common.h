@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared by the keylessd-with-router tests (test_router_server*.c): a
  * keylessd started with a routing table, tables written as files, waiting
  * for a line in a daemon's log, and a client request for an SKI. */

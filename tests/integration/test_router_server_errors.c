@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A forwarded request's error, as the client gets it, is the error the
  * request metrics and the log name (issue 9 follow-up). keylessd with a
  * routing table, its /metrics scraped after one request per outcome:

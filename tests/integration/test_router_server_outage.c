@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The in-order outage of issue 9, through real daemons: on ONE client
  * connection, local ECDSA signatures at 5,000/s while 1,000 forwarded
  * requests to a remote 175 ms away (a faultproxy adding ~88 ms each way)

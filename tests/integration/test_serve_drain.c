@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* SIGTERM drain: keylessd stops accepting, finishes the requests in flight
  * (their answers still arrive), closes the connection and exits 0. */
 #include "daemon.h"

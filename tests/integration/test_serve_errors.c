@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Every error path of protocol P6 over a real connection, unknown tags
  * ignored (P3), and each malformed body of P3 answered `format error` with
  * the request's id while the connection stays usable. */

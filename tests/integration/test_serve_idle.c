@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Protocol P8 idle timeout (--idle-timeout=1s here): a silent connection is
  * closed after about 1 s; a request still in flight at that moment gets its
  * response before the close. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Protocol P8: responses leave as soon as they are ready, in any order. On
  * one connection a slow request (a test-only delay on its key, then a real
  * RSA-4096 signature) followed by ECDSA requests: the ECDSA answers must

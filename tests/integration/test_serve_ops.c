@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Every opcode of protocol P4 against a running keylessd on loopback, each
  * answer verified with OpenSSL: RSA PKCS#1 v1.5 for all six hashes, PSS for
  * three, ECDSA on four curves, Ed25519 over a TLS 1.3 CertificateVerify

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Protocol P8: 2048 requests pipelined on one connection (twice the
  * per-connection in-flight limit, so the server's backpressure is
  * exercised) are all answered, each with the right id - proven by

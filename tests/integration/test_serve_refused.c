@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Protocol P1: clients without a valid certificate are refused - no
  * certificate, one from another CA, a serverAuth-only one - over TLS 1.2
  * and TLS 1.3 (where the refusal comes after the client's handshake): no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Protocol P1, the TLS 1.2 compatibility profile: a TLS 1.2 client offering
  * only ECDHE-ECDSA-AES256-GCM-SHA384 (what the reference's clients use) is
  * served; one offering only an AES-128-GCM suite is refused. The client

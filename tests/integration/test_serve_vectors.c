@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The captured vectors (tests/vectors/vectors.json) replayed over a real
  * connection to keylessd serving the vectors' keys: each request_hex sent
  * raw, deterministic answers compared byte for byte (ids and padding

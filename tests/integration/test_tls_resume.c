@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Session resumption against a running keylessd (issue 5, reconnect
  * storms): a client that got a session resumes it on its next connection
  * - also when its first connection ended without close_notify, as edges'

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Session resumption across a reload (issue 5, reconnect storms after a
  * reload or a network blip):
  *  - a SIGHUP with the same TLS files (rewritten, so their times change)

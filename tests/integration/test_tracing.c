@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Request tracing (issue 11, docs/TRACING.md) through real daemons: an
  * OTLP/HTTP sink written here (libmicrohttpd on 127.0.0.1) receives what
  * keylessd exports, and the test checks the spans themselves:

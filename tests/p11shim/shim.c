@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kl_p11shim: a PKCS#11 module that forwards to a real one and makes
  * faults on command (see shim.h for the control file). Test-only (issue 12).
  *

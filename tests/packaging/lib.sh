@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Helpers for the packaging tests (sourced). Exit status 77 means skipped,
 # as CTest's SKIP_RETURN_CODE and automake use it.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Plays systemd's part for a Type=notify service: binds the notification
 socket, starts keylessd with NOTIFY_SOCKET pointing at it, and checks the
 readiness protocol of issue 4:

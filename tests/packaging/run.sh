@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `make test-packaging`: every tests/packaging/test_*.sh; a test that exits
 # 77 is skipped (it says why). KL_BIN_DIR is the build to take keylessd from.
 set -uo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Debian package, installed and removed for real (issue 4): builds it
 # (`make deb`, or takes KL_DEB), then as root:
 #   dpkg -i   binaries, man pages, unit, the keyless user, /etc/keyless

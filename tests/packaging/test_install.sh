@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `make install` / `cmake --install` into a DESTDIR: the layout issue 4 asks
 # for (keylessd in sbin, the clients in bin, man pages gzipped, the unit
 # pointing at the prefix, /etc/keyless with keys/ at 0700), and a second

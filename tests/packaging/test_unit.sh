@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The systemd unit, checked without a running systemd (it is not PID 1 on
 # the build machines): `systemd-analyze verify` must accept it without a
 # single complaint, its sandboxing must stay at a low exposure score, and it

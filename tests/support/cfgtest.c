@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* See cfgtest.h. */
 #include "cfgtest.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Scaffolding shared by the configuration tests (tests/unit/config): a
  * temporary directory for configuration files, a hermetic file search,
  * and loading a command line as keylessd would. */

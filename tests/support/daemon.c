@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Running keylessd from tests: see daemon.h. */
 #include "daemon.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Running keylessd ($KL_BIN_DIR/keylessd) from a test: on a free loopback
  * port, with the test PKI, its output in a log file, stopped with SIGTERM
  * and its exit status returned. A daemon whose test process dies is killed

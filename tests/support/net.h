@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Loopback helpers for integration tests: a free TCP port and an HTTP/1.0
  * GET against a local listener (the metrics endpoint). */
 #ifndef KL_TEST_NET_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The test PKI and test keys: see pki.h. */
 #include "pki.h"
 

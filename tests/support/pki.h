@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The test PKI and test keys: scripts/dev-pki.sh --test-extras, created once
  * per build tree in $KL_BIN_DIR/test-pki (under a lock, so parallel test
  * programs share it), plus per-test key directories and keys generated at

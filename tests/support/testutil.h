@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers shared by unit and integration tests. */
 #ifndef KL_TESTUTIL_H
 #define KL_TESTUTIL_H

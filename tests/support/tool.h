@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Running the command-line tools (keyless-cli, keyless-bench) against a
  * test daemon, with the test PKI's client certificate, key and CA on the
  * command line: the scaffolding test_cli.c and test_bench.c share. */

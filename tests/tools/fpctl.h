@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Driving tests/tools/faultproxy from a C test (header only, so any test
  * program can include it without a build change): start one in front of a
  * port, change its faults at run time, read its byte counters, stop it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A test-only upstream key server (header only) for the router's
  * lost-request tests: mutual TLS with the test PKI, a thread per
  * connection, pongs for pings, and for every other request a fixed answer

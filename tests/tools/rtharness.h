@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The router's integration-test harness (header only): "data centres" -
  * keylessd daemons, each behind a faultproxy - a routing table written to
  * a file, and a driver that pushes requests through kl_router_route with

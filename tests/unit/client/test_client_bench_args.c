@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyless-bench's command line: Go-style flags with one or two dashes, the
  * reference tool's names and durations, -mix lists - and what is refused. */
 #include "testutil.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The retry budget (at most 10% extra requests over a sliding 10 s) and
  * the reconnect backoff (exponential, capped, jittered) of libkeyless. */
 #include "testutil.h"

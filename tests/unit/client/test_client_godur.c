@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Go-style durations for keyless-bench's flags and output: the reference
  * tool's spellings parse to exact nanoseconds, formatting matches Go's
  * time.Duration.String, and malformed input is refused. */

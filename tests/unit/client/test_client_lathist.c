@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The latency histogram: exact for small values, within 1/64 above, never
  * above the largest sample, merge equals recording everything in one. */
 #include "testutil.h"

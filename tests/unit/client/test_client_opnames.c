@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Operation names on command lines: short names, the protocol's names as
  * the reference tools print them, numbers - and what is refused. */
 #include "testutil.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The pure half of a client connection (src/client/pipeline.c): requests
  * encoded into one buffer, ids assigned and tracked, responses framed from
  * arbitrary byte splits and matched in any order. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The outstanding-id table of a client connection (src/client/reqtable.c). */
 #include "testutil.h"
 

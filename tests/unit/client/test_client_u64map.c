@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The handle/id map of libkeyless: put, get, delete with backward shift,
  * growth, and a random workload checked against a plain array. */
 #include "testutil.h"

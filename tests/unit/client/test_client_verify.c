@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The public-key side of an operation (src/client/verify.c): loading public
  * keys, hashing per opcode, and verifying every kind of answer - with
  * positive cases made by OpenSSL with the private key here, and negative

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/config: defaults, the three sources and their precedence, both flag
  * spellings, durations, and the negative cases with their exact messages
  * (file and line, option, fix). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/config as a drop-in for the reference (issue 4): every key of the
  * reference's gokeyless.yaml with its default, KEYLESS_* for every option,
  * both flag spellings and the reference's short flags, the file search

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/config: the geo-routing options (issue 9, docs/ROUTING.md) and the
  * metrics address (issue 11) - defaults, the three sources, bounds and the
  * cross-check of the timeout bounds, with their exact messages. */

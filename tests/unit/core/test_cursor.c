@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The bounded cursor: every read either completes or fails without moving. */
 #include "testutil.h"
 

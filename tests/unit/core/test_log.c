@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Logging (src/core/log.c): the text format as before, and log_format
  * json (issue 11) - one valid JSON object per line with time, level, msg
  * and the call's fields, whatever bytes the message holds; under systemd

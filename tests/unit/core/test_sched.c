@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Real-time scheduling of the serving threads (src/core/sched.c, option
  * realtime_priority): loops one priority above workers, nothing changed at
  * 0, a refusal warned once with the fix and the thread left as it was, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kl_sd_notify against a fake service manager: an AF_UNIX datagram socket
  * bound where $NOTIFY_SOCKET points (a path in a temp dir, or an abstract
  * name), which must receive exactly the state text, from this process. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers for the crypto tests (header-only: each test_*.c is a program). */
 #ifndef KL_TEST_CRYPTOTEST_H
 #define KL_TEST_CRYPTOTEST_H

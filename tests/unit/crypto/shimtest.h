@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The fault shim (tests/p11shim) in front of SoftHSM2, for the token tests
  * (header-only: each test_*.c is a program). After ht_setup: shim_start
  * points the shim at SoftHSM with no faults; keys are added through

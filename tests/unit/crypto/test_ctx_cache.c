@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The per-thread context cache: hits, references held across a reload
  * (the cache never hands out an entry of a freed key), and growth when far
  * more keys are in rotation than slots. */

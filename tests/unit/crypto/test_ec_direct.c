@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ECDSA from the key's bare scalar (crypto/ec_direct.h, docs/DESIGN.md
  * "Many keys: the scalar next to the SKI"): every EC file key of every
  * curve keeps its scalar and signs through it, every signature verifies

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Crypto execution (protocol P4): the reference's captured responses byte
  * for byte where they are deterministic, signatures verified with the
  * independent public keys where they are not, and every refusal. */

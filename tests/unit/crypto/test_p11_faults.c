@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Faults a real HSM produces and SoftHSM does not (issue 12), made by the
  * test-only shim module (tests/p11shim) in front of SoftHSM2: sessions the
  * token closed, a token that logged out, a removed device, and a 2 s

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The session pool of a PKCS#11 token (issue 12): a wait for a session is
  * bounded by the deadline, many jobs on the blocking class with
  * max-sessions=1 all complete or fail at their deadline (none hangs), file

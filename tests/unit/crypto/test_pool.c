@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The cost-class worker pool: results, bounded queues, isolation of the
  * fast class from the slow one (architecture 2), deadlines, draining. */
 #include "cryptotest.h"

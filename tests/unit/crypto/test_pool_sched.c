@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The pool's scheduling rules added for issue 5: a job run on the caller's
  * thread (kl_pool_run_here: inline fast operations on a shard) follows the
  * same shedding rules as a worker and does not call back; short slow jobs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The pool's blocking class at a reload and at shutdown (issue 12 leftovers,
  * done with issue 5): kl_pool_set_blocking_workers grows and shrinks the
  * threads that make token calls, and kl_pool_free leaves a thread stuck in

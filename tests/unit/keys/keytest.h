@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers for the key store tests: temporary directories, key files in
  * every encoding, and a report collector. Header-only (static) because each
  * tests/unit/keys/test_*.c is its own program. */

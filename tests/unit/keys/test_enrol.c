@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keys/enrol.h: the P-384 key, the CSR (CN and SAN = hostname, SHA-384,
  * self-signature valid), hostnames refused, the key PEM, the atomic
  * writer (mode exact despite the umask, never replaces with NO_REPLACE,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The key store: SKIs (protocol P7), every accepted encoding, every refusal
  * with its reason, permissions, duplicates, directories. */
 #include "keytest.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/loop: timers fire in order, cross-thread wake-ups, fd readiness,
  * interest changes, and events of a stopped watcher are never delivered. */
 #include <pthread.h>

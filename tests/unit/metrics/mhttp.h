@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A plain-socket HTTP/1.0 client for the metrics tests (127.0.0.1 only). */
 #ifndef KL_MHTTP_H
 #define KL_MHTTP_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers for the metrics tests: scrape to a string, find exact lines. */
 #ifndef KL_MTEST_H
 #define KL_MTEST_H

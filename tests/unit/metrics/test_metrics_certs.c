@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* certificate_expiration_timestamp_seconds: the reference's labels and
  * their formats, from an X509 and from a PEM file; replacement, forgetting,
  * the size bound, and files that hold no certificate. */

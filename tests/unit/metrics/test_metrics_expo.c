@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Text-format details: escaping, float formatting, bucket edges, and the
  * label tables against the protocol module's P6 names. */
 #include "testutil.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Golden scrape (issue 11): every reference series with its exact name,
  * label names and values and bucket boundaries, so existing dashboards and
  * alerts keep working; then keylessd's own series and process_*. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The HTTP endpoint over a real socket on 127.0.0.1: /metrics, /health,
  * /ready (both answers), 404, 405, HEAD, and start-up errors. */
 #include "testutil.h"

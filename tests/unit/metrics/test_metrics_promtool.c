@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `promtool check metrics` (Debian's prometheus package) on a scrape with
  * every family populated, escaped label values included. promtool parses
  * the exposition strictly (exit 1 on any format error) and then lints it

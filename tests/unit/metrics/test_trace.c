@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tracing (src/metrics/trace*.c, issue 11): the OTLP/HTTP JSON encoder,
  * the tag-0x15 decisions (honoured, unsampled, malformed, absent), the
  * binary context keylessd writes, the router's attempt rewrite, sampling,

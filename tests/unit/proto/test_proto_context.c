@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tag 0x15 span context (both forms) and tag 0x16 request context with the
  * P9 members, parse and format, good and bad values. */
 #include "testutil.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* P4/P6 names and classification, for every one of the 256 opcode values
  * and every error code. */
 #include "testutil.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* P2 header and P3 request parsing, with a negative test for every rule, and
  * the request encoder (the client side). */
 #include "testutil.h"

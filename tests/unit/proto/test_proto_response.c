@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* P5 responses: padding arithmetic at its boundaries, the encoder, and the
  * (client side) response parser with its negative cases. */
 #include "testutil.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Replays every captured vector (tests/vectors/vectors.json) through the
  * codec: requests parse to the fields the capture describes (or to the
  * specific P3 error for the malformed ones), responses parse, and every

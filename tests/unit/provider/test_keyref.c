@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Key reference bodies (provider/keyref.h): a full reference round-trips
  * byte for byte, and every malformed body is refused with a reason. */
 #include "testutil.h"

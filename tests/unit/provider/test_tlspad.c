@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The constant-time TLS premaster check (provider/tlspad.h): a good block
  * gives its premaster; every kind of bad block gives the random one. */
 #include "testutil.h"

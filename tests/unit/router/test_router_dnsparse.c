@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The DNS answer reader of the router's `dns:` entries (issue 9,
  * src/router/dns.c): addresses and the smallest TTL of a response, with
  * name compression, CNAME chains, other classes and types skipped, and

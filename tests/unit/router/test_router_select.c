@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Choosing remotes (issue 9, src/router/select.c, remote.c latency,
  * forward.c): latency ordering must actually reorder (the reference
  * client's sort was a no-op), health first, ties within the tolerance go

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The access-file parser (server/acl.h): accepted forms, and every
  * malformed file refused with the file, the line and the problem. */
 #include <setjmp.h>

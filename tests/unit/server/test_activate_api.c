@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The Origin CA request body and the interpretation of its answer
  * (server/activate.h): the fields the API documents, and every way an
  * answer can be wrong - HTTP status, no JSON, success false, no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/server dispatch: every opcode byte maps to the answer protocol P4/P6
  * prescribes, and the captured vectors that need no key are reproduced byte
  * for byte by dispatch + the output buffer. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/server dispatch: kl_dispatch_context reads the tag-0x16 request
  * context (protocol P3, P9) exactly as kl_req_context_parse does - its
  * fast path for {"deadline_ms":N} included - for the form keylessd's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/server output buffer: responses accumulate contiguously, so one TLS
  * write carries all of them (protocol P8), partial writes leave the unsent
  * bytes first, and the P5 sizes hold. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* src/tls over a socketpair: the P1 profile, client-certificate rules, and
  * context errors that name the file. Certificates are made with the openssl
  * CLI in a temporary directory. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kl_tls_ctx_same (issue 5, resumption across a reload): two server
  * contexts are "the same" exactly when what they were built from is -
  * options, own chain, trusted CAs as loaded - and not when only a file

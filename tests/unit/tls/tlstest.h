@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers for the src/tls tests (header-only: each test_*.c is a program):
  * a temporary directory of P-256 certificates made with the openssl CLI. */
 #ifndef KL_TEST_TLSTEST_H
