@@ -146,8 +146,12 @@ void kl_client_close(kl_client *c);
  * first server with a usable connection; a server that refuses, times out
  * or breaks is put in backoff (exponential with jitter, backoff_min_ms ..
  * backoff_max_ms) and the next one is used ("sticky failover": the target
- * stays on a working server until it fails). Each connection is mutual TLS
- * (protocol P1) with TCP_NODELAY, pipelined, answers matched by id
+ * stays on a working server until it fails). A request is not kept
+ * waiting for servers that cannot be reached: when every server failed to
+ * connect since it was submitted, or none may be tried again before its
+ * deadline, it completes at once with that failure's status (KL_E_IO for
+ * a refusal; kl_target_conn_info's last_error says which). Each connection is
+ * mutual TLS (protocol P1) with TCP_NODELAY, pipelined, answers matched by id
  * (protocol P2, P8); every message is written with one write (never header
  * and body separately); idle connections are pinged (0xF1) and dropped when
  * the pong does not come back.
@@ -250,7 +254,8 @@ typedef struct kl_target_stats {
     uint64_t failed;         /* callbacks with a connection error */
     uint64_t connects;       /* handshakes completed */
     uint64_t connect_failures;
-    uint64_t pings; /* idle pings sent */
+    uint64_t pings;       /* idle pings sent */
+    uint64_t unreachable; /* failed unsent: no server could be reached */
 } kl_target_stats;
 
 /* Checks the options and loads the TLS credentials. Opens nothing. */

@@ -230,6 +230,7 @@ static void run_locked(kl_target *t, bool reads)
     now = kl_now_ns();
     kl_tgt_expire(t, now);
     kl_tgt_ensure_connection(t, now);
+    kl_tgt_fail_unreachable(t, kl_now_ns());
     kl_tconn *c = kl_tgt_ready_conn(t);
     if (c)
         kl_tgt_fill(t, c, kl_now_ns());

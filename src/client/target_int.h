@@ -61,6 +61,7 @@ typedef struct kl_tconn {
     unsigned failures;  /* consecutive, for the backoff */
     uint64_t failed_ns; /* last failure (kl_target_connect's verdict) */
     kl_status fail_st;  /* and its status */
+    bool fail_connect;  /* it failed before the connection was up */
     uint64_t last_write_ns, last_read_ns;
     bool ping_out;
     uint32_t ping_id;
@@ -158,6 +159,10 @@ void kl_tgt_req_free(kl_treq *r);
 void kl_tgt_drop_requests(kl_target *t);
 /* Expires requests whose deadline passed. */
 void kl_tgt_expire(kl_target *t, uint64_t now);
+/* Completes, with the last failure's status, the queued requests that
+ * waiting cannot help: every server failed to connect since they came, or
+ * none may be tried again before their deadline. */
+void kl_tgt_fail_unreachable(kl_target *t, uint64_t now);
 /* Moves queued requests onto c and writes them. */
 void kl_tgt_fill(kl_target *t, kl_tconn *c, uint64_t now);
 /* Runs the callbacks of a done list (lock not held) and frees it. */

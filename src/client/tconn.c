@@ -45,7 +45,8 @@ void kl_tgt_conn_fail(kl_target *t, kl_tconn *c, kl_status st, const char *why)
     if (why)
         snprintf(c->err, sizeof c->err, "%s port %u: %s", c->host,
                  (unsigned)c->port, why);
-    if (c->st != CS_READY)
+    c->fail_connect = c->st != CS_READY;
+    if (c->fail_connect)
         t->stats.connect_failures++;
     conn_watch(t, c, 0);
     /* Collect first: the map is emptied by kl_tgt_conn_forget. */

@@ -152,6 +152,45 @@ void kl_tgt_expire(kl_target *t, uint64_t now)
     t->next_check = next;
 }
 
+/* A refused or unreachable server is not waited out to the deadline
+ * (docs/PROVIDER.md "Failures, timeouts, fork, fallback"): when no connection
+ * is up or on its way, and every server's last attempt failed before it was up,
+ * a queued request fails now if all of them failed after it came (each was
+ * tried for it) or none may be tried again before its deadline (backoff). Its
+ * status is the most recent failure's (KL_E_IO for a refusal), and the
+ * target's last error names it. A connection that broke after it was up
+ * keeps the old rule: its requests wait for the reconnect. */
+void kl_tgt_fail_unreachable(kl_target *t, uint64_t now)
+{
+    if (!t->qhead || !t->nconns)
+        return;
+    uint64_t first_fail = UINT64_MAX, next_try = UINT64_MAX, last_fail = 0;
+    kl_status st = KL_E_IO;
+    for (size_t i = 0; i < t->nconns; i++) {
+        const kl_tconn *c = &t->conns[i];
+        if (c->st != CS_IDLE || !c->failures || !c->fail_connect)
+            return; /* up, on its way, untried, or worth a reconnect */
+        if (c->failed_ns < first_fail)
+            first_fail = c->failed_ns;
+        if (c->retry_at < next_try)
+            next_try = c->retry_at;
+        if (c->failed_ns >= last_fail) {
+            last_fail = c->failed_ns;
+            st = c->fail_st;
+        }
+    }
+    if (next_try <= now)
+        return; /* one may be tried at once */
+    for (kl_treq *r = t->qhead, *n; r; r = n) {
+        n = r->next;
+        if (r->submit_ns > first_fail && r->deadline_ns > next_try)
+            continue;
+        q_remove(t, r);
+        t->stats.unreachable++;
+        kl_tgt_complete(t, r, st);
+    }
+}
+
 /* ---- writing ----------------------------------------------------------- */
 
 /* Encodes one queued request for c with the budget left now (protocol

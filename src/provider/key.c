@@ -230,10 +230,21 @@ int klp_key_op(klp_key *k, uint8_t op, const uint8_t *in, size_t inlen,
         if (k->fallback_path &&
             run_fallback(k, op, in, inlen, out, outcap, outlen, s))
             return 1;
+        if (s == KL_E_TIMEOUT) {
+            KLP_RAISE(k->prov, KLP_R_UNREACHABLE,
+                      "no keyless key server answered for key %s within %d "
+                      "ms: %s (%s)",
+                      k->ski_hex, k->timeout_ms, k->servers, kl_status_str(s));
+            return 0;
+        }
+        /* refused, reset, TLS failure: said at once, with the cause
+         * (docs/PROVIDER.md "Failures, timeouts, fork, fallback") */
+        kl_conn_info ci;
+        kl_target_conn_info(k->target, &ci);
         KLP_RAISE(k->prov, KLP_R_UNREACHABLE,
-                  "no keyless key server answered for key %s within %d ms: "
-                  "%s (%s)",
-                  k->ski_hex, k->timeout_ms, k->servers, kl_status_str(s));
+                  "no keyless key server answered for key %s: %s (%s%s%s)",
+                  k->ski_hex, k->servers, kl_status_str(s),
+                  ci.last_error[0] ? "; " : "", ci.last_error);
         return 0;
     }
     int ok = 0;

@@ -171,6 +171,19 @@ int kl_remote_timeout_ms(const kl_remote *rm)
     return (int)ms;
 }
 
+const char *kl_upconn_why(kl_upconn *c, kl_status st, char *buf, size_t len)
+{
+    kl_conn_info ci;
+    ci.last_error[0] = 0;
+    if (c && st != KL_E_TIMEOUT)
+        kl_target_conn_info(c->t, &ci);
+    if (ci.last_error[0])
+        snprintf(buf, len, "%s (%s)", kl_status_str(st), ci.last_error);
+    else
+        snprintf(buf, len, "%s", kl_status_str(st));
+    return buf;
+}
+
 static void probe(kl_upconn *c);
 
 static void on_probe(void *arg, const kl_result *res)
@@ -203,9 +216,10 @@ static void on_probe(void *arg, const kl_result *res)
      * ping waits behind a burst), not a dead one */
     if (res->status == KL_E_TIMEOUT && c->progress_ns > c->probe_sent_ns)
         return;
+    char why[320];
     if (rm->up)
         kl_warn("router: remote %s is down: ping %s", rm->name,
-                kl_status_str(res->status));
+                kl_upconn_why(c, res->status, why, sizeof why));
     rm->up = false;
     if (++c->probe_failures >= 2)
         c->dead = true; /* replaced by kl_remote_reap */

@@ -251,6 +251,7 @@ static void on_answer(void *arg, const kl_result *res)
     kl_remote *rm = q->rm;
     uint64_t wait_ns = res->elapsed_ns;
     pthread_mutex_lock(&r->mu);
+    kl_upconn *uc = q->conn; /* freed only on this thread, after this */
     if (q->conn) {
         if (res->status == KL_OK)
             wait_ns = kl_upconn_answered(q->conn, q);
@@ -272,9 +273,10 @@ static void on_answer(void *arg, const kl_result *res)
         /* timeout, or the connection failed: this remote is suspect until
          * a probe says otherwise */
         rm->failed++;
+        char why[320];
         if (rm->up)
             kl_info("router: remote %s: %s; trying the next route", rm->name,
-                    kl_status_str(res->status));
+                    kl_upconn_why(uc, res->status, why, sizeof why));
         rm->up = false;
         kl_rt_next_attempt(q);
         return;

@@ -233,6 +233,9 @@ void kl_upconn_detach(kl_upconn *c, kl_rreq *q);
  * a request sent at since_ns; returns now - since_ns when nothing was
  * answered on it since then (a sample for the timeout window), else 0. */
 uint64_t kl_upconn_progress(kl_upconn *c, uint64_t since_ns);
+/* "I/O error (127.0.0.1 port 2407: Connection refused)": a failed
+ * attempt's status with the connection's last failure, for the log. */
+const char *kl_upconn_why(kl_upconn *c, kl_status st, char *buf, size_t len);
 /* The same for q's answer (any P6 answer), which also notes that the
  * connection has answered q's work up to q's send time (stall.c). */
 uint64_t kl_upconn_answered(kl_upconn *c, const kl_rreq *q);

@@ -177,6 +177,44 @@ static void test_connect_ahead(void **state)
     assert_int_equal(td_stop(&b, 0), 0);
 }
 
+/* A request to servers that all refuse fails at once with the refusal,
+ * not at its deadline as a timeout (docs/PROVIDER.md "Failures"). */
+static void test_all_refused_fails_fast(void **state)
+{
+    (void)state;
+    char d1[32], d2[32];
+    snprintf(d1, sizeof d1, "127.0.0.1:%u", (unsigned)dead_port());
+    snprintf(d2, sizeof d2, "127.0.0.1:%u", (unsigned)dead_port());
+    const char *servers[] = {d1, d2};
+    kl_target_opts o = {.servers = servers,
+                        .cert_file = tp_path("client.crt"),
+                        .key_file = tp_path("client.key"),
+                        .ca_file = tp_path("ca.crt")};
+    for (size_t n = 1; n <= 2; n++) {
+        o.nservers = n;
+        kl_target *t = NULL;
+        assert_int_equal(kl_target_new(&o, &t, NULL, 0), KL_OK);
+        kl_request_spec s = sign_spec();
+        kl_client_result r;
+        /* twice: the second call finds every server in backoff */
+        for (int round = 0; round < 2; round++) {
+            double t0 = td_now_ms();
+            assert_int_equal(kl_target_call(t, &s, 3000, &r), KL_E_IO);
+            double took = td_now_ms() - t0;
+            assert_true(took < 1000);
+        }
+        kl_conn_info ci;
+        kl_target_conn_info(t, &ci);
+        assert_non_null(strstr(ci.last_error, "refused"));
+        kl_target_stats st;
+        kl_target_get_stats(t, &st);
+        assert_int_equal(st.unreachable, 2);
+        assert_int_equal(st.timed_out + st.expired_unsent, 0);
+        assert_int_equal(st.written, 0);
+        kl_target_free(t);
+    }
+}
+
 #define NREQ 600
 #define KILL_AT 200
 
@@ -320,6 +358,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refused_server_is_skipped),
+        cmocka_unit_test(test_all_refused_fails_fast),
         cmocka_unit_test(test_connect_ahead),
         cmocka_unit_test(test_kill_mid_run),
         cmocka_unit_test(test_idle_pings),

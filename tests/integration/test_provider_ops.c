@@ -225,6 +225,9 @@ static void test_server_down(void **state)
     char *e = errors_text();
     assert_non_null(strstr(e, "no keyless key server answered"));
     assert_non_null(strstr(e, "127.0.0.1:9"));
+    /* a refusal is said as one, not as a timeout (docs/PROVIDER.md) */
+    assert_non_null(strstr(e, "refused"));
+    assert_null(strstr(e, "timed out"));
     free(e);
     EVP_MD_CTX_free(m);
     EVP_PKEY_free(pk);
