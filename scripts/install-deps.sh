@@ -2,6 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages keylessd needs to build and test, only those
 # that are missing. Safe to run again; needs root (or sudo) when it installs.
+# apt's progress is shown. Packages that ship a service (nginx, HAProxy,
+# Prometheus: the tests run their own instances on loopback) are installed
+# without starting it, and on a host with systemd the services this run
+# installed are left disabled: a developer machine does not grow daemons
+# listening on port 80 or 9090 because the tests need the binaries.
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config clang libclang-rt-dev
@@ -9,6 +14,8 @@ pkgs=(build-essential cmake pkg-config clang libclang-rt-dev
       python3 procps iproute2 libp11-kit-dev p11-kit softhsm2 opensc
       libmicrohttpd-dev libcurl4-openssl-dev prometheus nginx-light haproxy curl gnuplot-nox nghttp2-client
       ${KL_EXTRA_PKGS:-})
+# package -> the service unit it would enable
+declare -A services=([nginx-light]=nginx [haproxy]=haproxy [prometheus]=prometheus)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -21,5 +28,28 @@ echo "install-deps: installing ${missing[*]}" >&2
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# invoke-rc.d asks /usr/sbin/policy-rc.d whether a service may start; 101
+# means "no". Only when the host has none of its own, and removed after.
+policy=/usr/sbin/policy-rc.d
+own_policy=0
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# install-deps.sh: no service starts during the install\nexit 101\n' |
+        $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 0755 "$policy"
+    own_policy=1
+fi
+cleanup() { [ "$own_policy" -eq 0 ] || $SUDO rm -f "$policy"; }
+trap cleanup EXIT
+
+$SUDO apt-get update
+$SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    for p in "${missing[@]}"; do
+        unit=${services[$p]:-}
+        [ -n "$unit" ] || continue
+        echo "install-deps: leaving the $unit service (installed for the tests) disabled and stopped" >&2
+        $SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
+    done
+fi
