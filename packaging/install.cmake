@@ -6,6 +6,7 @@
 #   P/sbin/keylessd, P/bin/keyless-cli, P/bin/keyless-bench
 #   P/share/man/man8/keylessd.8.gz, man1/keyless-cli.1.gz (keyless-bench.1.gz)
 #   P/share/doc/keylessd/           README.md, PROTOCOL.md, OPERATIONS.md
+#   P/share/doc/keylessd/examples/monitoring/  alerting rules, dashboard
 #   P/lib/systemd/system/keylessd.service   (ExecStart pointing into P)
 #   /etc/keyless/gokeyless.yaml     0640, never overwritten: an existing file
 #                                   is kept and the sample goes next to it as
@@ -99,3 +100,10 @@ install(CODE [[
             "chown keyless:keyless ${kl_conf}/keys (README.Debian)")
   endif()
 ]])
+
+# Prometheus alerting rules and the Grafana dashboard (docs/METRICS.md
+# "Alerts and dashboard"), as examples: the operator copies them into
+# Prometheus's rule files and imports the dashboard.
+install(FILES packaging/monitoring/keylessd-alerts.yml
+              packaging/monitoring/keylessd-dashboard.json
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples/monitoring)

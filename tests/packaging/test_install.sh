@@ -43,6 +43,10 @@ check "sample configuration installed" \
 mode_is "$d/etc/keyless/gokeyless.yaml" 640
 mode_is "$d/etc/keyless/keys" 700
 check "README in the doc directory" test -f "$d/usr/share/doc/keylessd/README.md"
+for f in keylessd-alerts.yml keylessd-dashboard.json; do
+    check "monitoring example $f installed" \
+        cmp -s "$d/usr/share/doc/keylessd/examples/monitoring/$f" "$KL_SRC_DIR/packaging/monitoring/$f"
+done
 
 # Another prefix: the unit must name that binary.
 o=$tmp/opt
