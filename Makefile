@@ -73,6 +73,14 @@ FUZZ_LONG_SECONDS ?= 600
 fuzz-long: fuzz-build
 	@bash fuzz/long-run.sh build-fuzz $(FUZZ_LONG_SECONDS)
 
+# Flaky-test hunt: the suite RUNS times without retries, LOAD CPU hogs
+# beside it (scripts/flaky-hunt.sh; a table of failures per test).
+RUNS ?= 5
+LOAD ?= 0
+.PHONY: flaky-hunt
+flaky-hunt: build
+	@bash scripts/flaky-hunt.sh -n $(RUNS) -l $(LOAD) $(BUILD)
+
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')
 
