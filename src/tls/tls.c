@@ -569,14 +569,19 @@ static kl_io translate(kl_tls_conn *c, int ret)
     default: {
         c->err[0] = 0;
         long vr = SSL_get_verify_result(c->ssl);
-        if (c->refused[0])
-            snprintf(c->err, sizeof c->err,
-                     "client certificate refused: %s; names must be plain "
+        size_t n = 0;
+        /* the chain's own failure first (e.g. an untrusted CA), then the
+         * names' (check_peer) */
+        if (vr != X509_V_OK && vr != X509_V_ERR_APPLICATION_VERIFICATION)
+            n = (size_t)snprintf(c->err, sizeof c->err,
+                                 "certificate verify failed: %s",
+                                 X509_verify_cert_error_string(vr));
+        if (c->refused[0] && n < sizeof c->err &&
+            snprintf(c->err + n, sizeof c->err - n,
+                     "%sclient certificate refused: %s; names must be plain "
                      "text (docs/SECURITY.md)",
-                     c->refused);
-        else if (vr != X509_V_OK)
-            snprintf(c->err, sizeof c->err, "certificate verify failed: %s",
-                     X509_verify_cert_error_string(vr));
+                     n ? "; " : "", c->refused) >= (int)(sizeof c->err - n))
+            c->err[sizeof c->err - 1] = 0; /* cut: still one line */
         drain_errors(c->err, sizeof c->err);
         if (!c->err[0])
             snprintf(c->err, sizeof c->err, "TLS error %d", e);
