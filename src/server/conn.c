@@ -488,7 +488,8 @@ static void handshake(kl_conn *c)
             kl_mx_handshake_failed(s, io == KL_IO_EOF ? KL_HS_FAIL_CLOSED : -1,
                                    kl_tls_last_error(c->tls));
             snprintf(c->peer, sizeof c->peer, "%s", kl_tls_peer_name(c->tls));
-            /* rate-limited: anyone can fail handshakes (loglimit.c) */
+            /* rate-limited: anyone can fail handshakes (docs/OPERATIONS.md,
+             * Logs) */
             kl_conn_close_limited(c, KL_LOGSUP_HANDSHAKE_FAILED, KL_LOG_WARN,
                                   "TLS handshake failed",
                                   io == KL_IO_EOF

@@ -234,11 +234,11 @@ static bool names_problem(X509 *x, char *why, size_t cap)
 }
 
 /* The server's verify callback, run for each certificate of the peer's
- * chain. On the first call it keeps the leaf's name (issue 4: a refused
- * client certificate is logged with its name, and once the handshake
- * failed the SSL no longer holds the peer's certificate) and checks the
- * leaf's names (names_problem); a certificate refused for its names fails
- * verification whatever its chain. */
+ * chain. On the first call it keeps the leaf's name (a refused client
+ * certificate is logged with its name, docs/OPERATIONS.md Logs, and once
+ * the handshake failed the SSL no longer holds the peer's certificate) and
+ * checks the leaf's names (names_problem, docs/SECURITY.md); a certificate
+ * refused for its names fails verification whatever its chain. */
 static int check_peer(int ok, X509_STORE_CTX *st)
 {
     SSL *ssl =
