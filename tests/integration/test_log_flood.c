@@ -5,7 +5,8 @@
  *   ClientHello) write at most 10 "TLS handshake failed" lines per 10 s;
  *   keylessd_log_suppressed_total{kind="handshake_failed"} counts the rest,
  *   and once the window is over one summary line says how many were left
- *   out ("N more like this in the last 10 s");
+ *   out ("N more like this in the last 10 s"), also when keylessd stops
+ *   before the 10 s are over;
  * - a certificate from an untrusted CA whose CN holds CR, LF and ESC (a
  *   forged log line and a terminal sequence) is logged with those bytes
  *   escaped, in text and in JSON logs: no raw control byte reaches the
@@ -97,14 +98,12 @@ static unsigned long summarised(const char *log, const char *what)
 
 #define FLOOD 500
 
-static void test_failed_handshakes_rate_limited(void **state)
+/* n connections that each send an HTTP request instead of a ClientHello
+ * and wait for the server to close them (its handshake failed). */
+static void fail_handshakes(int conns)
 {
-    (void)state;
-    uint16_t mport;
-    start("logflood", NULL, &mport);
     static const char http[] = "GET / HTTP/1.1\r\nHost: keyless\r\n\r\n";
-    double t0 = td_now_ms();
-    for (int i = 0; i < FLOOD; i++) {
+    for (int i = 0; i < conns; i++) {
         int fd = ha_tcp(d.port, false);
         assert_int_equal(write(fd, http, sizeof http - 1),
                          (ssize_t)(sizeof http - 1));
@@ -123,6 +122,15 @@ static void test_failed_handshakes_rate_limited(void **state)
         }
         close(fd);
     }
+}
+
+static void test_failed_handshakes_rate_limited(void **state)
+{
+    (void)state;
+    uint16_t mport;
+    start("logflood", NULL, &mport);
+    double t0 = td_now_ms();
+    fail_handshakes(FLOOD);
     double secs = (td_now_ms() - t0) / 1000.0;
     /* every failure counted: the lines written plus those left out */
     char *log = td_read_log(&d);
@@ -170,6 +178,33 @@ static void test_failed_handshakes_rate_limited(void **state)
                               "\"protocol\"}") == FLOOD);
     free(log);
     stop();
+}
+
+/* Stopped within the 10 s: the lines left out are summarised before the
+ * exit, for the seconds that had passed (and the pending summary does not
+ * hold the shutdown up). */
+static void test_summary_at_shutdown(void **state)
+{
+    (void)state;
+    start("logflood-stop", NULL, NULL);
+    fail_handshakes(30);
+    double t0 = td_now_ms();
+    assert_int_equal(td_stop(&d, 0), 0);
+    double ms = td_now_ms() - t0;
+    char *log = td_read_log(&d);
+    tp_rmtree(dir);
+    dir = NULL;
+    if (count(log, "): TLS handshake failed: ") +
+                summarised(log, "TLS handshake failed") !=
+            30 ||
+        !strstr(log, "TLS handshake failed: 20 more like this in the last ")) {
+        fprintf(stderr, "%s", log);
+        fail_msg("no summary of the 20 lines left out at shutdown");
+    }
+    assert_null(strstr(log, "more like this in the last 10 s"));
+    free(log);
+    if (ms > 5000)
+        fail_msg("stopping took %.0f ms", ms);
 }
 
 /* The forged CN: a fake line after CR LF, a screen-clearing ESC sequence. */
@@ -241,6 +276,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forged_name_escaped),
         cmocka_unit_test(test_failed_handshakes_rate_limited),
+        cmocka_unit_test(test_summary_at_shutdown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
