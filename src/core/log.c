@@ -127,6 +127,34 @@ static size_t json_esc(char *out, size_t pos, size_t cap, const char *s,
     return pos;
 }
 
+/* Appends s (n bytes) for a text line: bytes below 0x20, 0x7f and bytes
+ * that are not part of valid UTF-8 become \xNN, everything else is copied
+ * (docs/OPERATIONS.md, Logs). A peer's certificate name or error text can
+ * neither start a line nor reach a terminal as a control sequence. Stops
+ * short rather than cut an escape or a character. */
+static size_t text_esc(char *out, size_t pos, size_t cap, const char *s,
+                       size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t adv = p[i] < 0x20 || p[i] == 0x7f ? 0 : utf8_len(p + i, n - i);
+        if (adv) {
+            if (pos + adv >= cap)
+                break;
+            memcpy(out + pos, p + i, adv);
+            pos += adv;
+            i += adv;
+            continue;
+        }
+        if (pos + 4 >= cap)
+            break;
+        snprintf(out + pos, cap - pos, "\\x%02x", p[i]);
+        pos += 4;
+        i++;
+    }
+    return pos;
+}
+
 static size_t json_member(char *out, size_t pos, size_t cap, const char *key,
                           const char *val)
 {
@@ -210,14 +238,14 @@ static void vlog(int level, const kl_log_fields *f, const char *fmt, va_list ap)
     if (n < sizeof line)
         n += (size_t)snprintf(line + n, sizeof line - n, "[%s] ",
                               level_names[level]);
-    if (n < sizeof line)
-        n += (size_t)vsnprintf(line + n, sizeof line - n, fmt, ap);
     if (n >= sizeof line - 1)
         n = sizeof line - 2;
-    /* one event, one line: fold embedded newlines */
-    for (size_t i = 0; i < n; i++)
-        if (line[i] == '\n')
-            line[i] = ' ';
+    /* one event, one line: the message escaped at the sink (log.h) */
+    char msg[sizeof line];
+    int len = vsnprintf(msg, sizeof msg, fmt, ap);
+    if (len > 0)
+        n = text_esc(line, n, sizeof line - 1, msg,
+                     (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
     emit(line, n, sizeof line);
 }
 
@@ -235,4 +263,78 @@ void kl_logf(int level, const kl_log_fields *f, const char *fmt, ...)
     va_start(ap, fmt);
     vlog(level, f, fmt, ap);
     va_end(ap);
+}
+
+/* ---- rate limit (log.h) ---------------------------------------------- */
+
+void kl_log_limit_init(kl_log_limit *l, const char *what, int level)
+{
+    memset(l, 0, sizeof *l);
+    pthread_mutex_init(&l->mu, NULL);
+    l->what = what;
+    l->level = level;
+}
+
+void kl_log_limit_destroy(kl_log_limit *l)
+{
+    pthread_mutex_destroy(&l->mu);
+}
+
+/* Whether the open window is over at now_ns (another thread may have
+ * opened it a moment after this one read the clock). */
+static bool window_over(const kl_log_limit *l, uint64_t now_ns)
+{
+    return l->start_ns && now_ns >= l->start_ns &&
+           now_ns - l->start_ns >= KL_LOG_LIMIT_WINDOW_NS;
+}
+
+/* Ends the open window, with its summary when lines were left out. Caller
+ * holds l->mu (kl_log takes no lock of its own but stdio's). */
+static void close_window(kl_log_limit *l, uint64_t now_ns)
+{
+    if (l->held) {
+        uint64_t span = now_ns > l->start_ns ? now_ns - l->start_ns : 0;
+        if (span > KL_LOG_LIMIT_WINDOW_NS)
+            span = KL_LOG_LIMIT_WINDOW_NS;
+        unsigned long long secs = (span + 999999999ull) / 1000000000ull;
+        kl_log(
+            l->level,
+            "%s: %llu more like this in the last %llu s (at most %d lines "
+            "per %llu s are logged; counted in keylessd_log_suppressed_total)",
+            l->what, (unsigned long long)l->held, secs ? secs : 1,
+            KL_LOG_LIMIT_LINES,
+            (unsigned long long)(KL_LOG_LIMIT_WINDOW_NS / 1000000000ull));
+    }
+    l->start_ns = 0;
+    l->lines = 0;
+    l->held = 0;
+}
+
+bool kl_log_limit_pass(kl_log_limit *l, uint64_t now_ns, uint64_t *summary_ns)
+{
+    pthread_mutex_lock(&l->mu);
+    if (window_over(l, now_ns))
+        close_window(l, now_ns);
+    if (!l->start_ns)
+        l->start_ns = now_ns ? now_ns : 1;
+    bool ok = l->lines < KL_LOG_LIMIT_LINES;
+    if (ok)
+        l->lines++;
+    else
+        l->held++;
+    if (!ok && summary_ns)
+        *summary_ns = l->start_ns + KL_LOG_LIMIT_WINDOW_NS;
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
+uint64_t kl_log_limit_flush(kl_log_limit *l, uint64_t now_ns, bool force)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->start_ns && (force || window_over(l, now_ns)))
+        close_window(l, now_ns);
+    uint64_t due =
+        l->start_ns && l->held ? l->start_ns + KL_LOG_LIMIT_WINDOW_NS : 0;
+    pthread_mutex_unlock(&l->mu);
+    return due;
 }

@@ -4,6 +4,10 @@
 #ifndef KL_CORE_LOG_H
 #define KL_CORE_LOG_H
 
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 enum kl_log_level {
     KL_LOG_DEBUG = 0,
     KL_LOG_INFO = 1,
@@ -20,7 +24,11 @@ void kl_log_set_prefix(const char *prefix);
 
 /* Line format (option log_format, issue 11):
  * - text: "TIME PREFIX: [level] message" (under systemd, JOURNAL_STREAM
- *   set: "<N>PREFIX: [level] message", the journal adds the time);
+ *   set: "<N>PREFIX: [level] message", the journal adds the time). The
+ *   message is escaped here, at the sink, whatever its call site: bytes
+ *   below 0x20 (newline included), 0x7f and bytes that are not valid UTF-8
+ *   are written as \xNN, so that no peer-supplied text can start a line,
+ *   move the cursor or colour a terminal (docs/OPERATIONS.md, Logs);
  * - json: one JSON object per line, {"time", "level", "logger", "msg"} and
  *   the fields the call gave (request_id, client, connection, opcode, ski,
  *   error, duration_ms); under systemd still prefixed "<N>" (the journal
@@ -49,6 +57,35 @@ void kl_log(int level, const char *fmt, ...)
 /* kl_log with structured fields (f may be NULL). */
 void kl_logf(int level, const kl_log_fields *f, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Rate limit for a kind of line a peer can cause at will (docs/OPERATIONS.md,
+ * Logs): at most KL_LOG_LIMIT_LINES lines per window of
+ * KL_LOG_LIMIT_WINDOW_NS, the window starting at the first line; the lines
+ * left out are counted and, once the window is over, summarised in one line
+ * "WHAT: N more like this in the last 10 s". Any thread (a mutex). */
+#define KL_LOG_LIMIT_LINES 10
+#define KL_LOG_LIMIT_WINDOW_NS (10ull * 1000000000ull)
+
+typedef struct kl_log_limit {
+    pthread_mutex_t mu;
+    const char *what;  /* names the lines in the summary */
+    int level;         /* of the summary line */
+    uint64_t start_ns; /* monotonic start of the window; 0: none open */
+    unsigned lines;    /* written in the window */
+    uint64_t held;     /* left out in the window */
+} kl_log_limit;
+
+void kl_log_limit_init(kl_log_limit *l, const char *what, int level);
+void kl_log_limit_destroy(kl_log_limit *l);
+/* Whether one more line may be written at now_ns (monotonic). A window
+ * that is over is summarised first. false: the line is counted as left out
+ * and *summary_ns (may be NULL) gets the time its summary is due - call
+ * kl_log_limit_flush then, or the summary waits for the next line. */
+bool kl_log_limit_pass(kl_log_limit *l, uint64_t now_ns, uint64_t *summary_ns);
+/* Writes the summary of a window that is over (force: of the open one too,
+ * e.g. at shutdown). Returns when the summary of the window still open is
+ * due, 0 when it has nothing to summarise. */
+uint64_t kl_log_limit_flush(kl_log_limit *l, uint64_t now_ns, bool force);
 
 #define kl_debug(...)                                                          \
     do {                                                                       \

@@ -31,6 +31,26 @@ static char *serial_dec(X509 *c)
     return r;
 }
 
+/* A name from a certificate (n bytes) as a label value, malloc'd: in full
+ * length, a NUL or other control byte written \xNN, so that a CN like
+ * "edge-1\0.attacker" is not shown as "edge-1" (docs/SECURITY.md; the
+ * server refuses such peer certificates, a configured one can still hold
+ * them). */
+static char *name_text(const unsigned char *p, int n)
+{
+    char *r = malloc(n > 0 ? (size_t)n * 4 + 1 : 1);
+    size_t pos = 0;
+    for (int i = 0; r && i < n; i++) {
+        if (p[i] < 0x20 || p[i] == 0x7f)
+            pos += (size_t)sprintf(r + pos, "\\x%02x", p[i]);
+        else
+            r[pos++] = (char)p[i];
+    }
+    if (r)
+        r[pos] = 0;
+    return r;
+}
+
 /* The last CN of the subject, as Go's pkix.Name keeps it. */
 static char *common_name(X509 *c)
 {
@@ -39,10 +59,13 @@ static char *common_name(X509 *c)
     while ((i = X509_NAME_get_index_by_NID(n, NID_commonName, i)) >= 0)
         last = i;
     unsigned char *u = NULL;
-    if (last >= 0)
-        ASN1_STRING_to_UTF8(
-            &u, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(n, last)));
-    char *r = strdup(u ? (char *)u : "");
+    int len = last < 0
+                  ? -1
+                  : ASN1_STRING_to_UTF8(&u, X509_NAME_ENTRY_get_data(
+                                                X509_NAME_get_entry(n, last)));
+    if (len < 0)
+        ERR_clear_error();
+    char *r = name_text(u, len);
     OPENSSL_free(u);
     return r;
 }
@@ -56,12 +79,14 @@ static void dns_names(X509 *c, mx_buf *out)
 {
     GENERAL_NAMES *gens = X509_get_ext_d2i(c, NID_subject_alt_name, NULL, NULL);
     int n = gens ? sk_GENERAL_NAME_num(gens) : 0;
-    const char **v = n > 0 ? calloc((size_t)n, sizeof *v) : NULL;
+    char **v = n > 0 ? calloc((size_t)n, sizeof *v) : NULL;
     int k = 0;
     for (int i = 0; v && i < n; i++) {
         GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
-        if (g->type == GEN_DNS)
-            v[k++] = (const char *)ASN1_STRING_get0_data(g->d.dNSName);
+        if (g->type == GEN_DNS &&
+            (v[k] = name_text(ASN1_STRING_get0_data(g->d.dNSName),
+                              ASN1_STRING_length(g->d.dNSName))) != NULL)
+            k++;
     }
     if (v)
         qsort(v, (size_t)k, sizeof *v, cmp_str);
@@ -70,6 +95,8 @@ static void dns_names(X509 *c, mx_buf *out)
             mx_puts(out, ",");
         mx_put_label_value(out, v[i]);
     }
+    for (int i = 0; i < k; i++)
+        free(v[i]);
     free(v);
     GENERAL_NAMES_free(gens);
 }

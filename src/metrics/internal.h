@@ -42,6 +42,7 @@ struct kl_metrics_local {
     _Atomic uint64_t failed_conn;
     _Atomic uint64_t shed[KL_SHED_REASONS];
     _Atomic uint64_t hs_fail[KL_HS_FAIL_REASONS];
+    _Atomic uint64_t log_suppressed[KL_LOGSUP_KINDS];
     _Atomic int64_t inflight;
     _Atomic int64_t conns[KL_MCONN_STATES];
     _Atomic uint64_t busy_ns;
@@ -88,6 +89,7 @@ extern const char *const mx_le_texts[KL_METRICS_BUCKETS];
 extern const char *const mx_class_names[KL_METRICS_COST_CLASSES];
 extern const char *const mx_shed_names[KL_SHED_REASONS];
 extern const char *const mx_hs_names[KL_HS_FAIL_REASONS];
+extern const char *const mx_logsup_names[KL_LOGSUP_KINDS];
 extern const char *const mx_conn_names[KL_MCONN_STATES];
 extern const char *const mx_refusal_names[KL_REFUSE_REASONS];
 int mx_type_index(uint8_t opcode);

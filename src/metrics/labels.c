@@ -38,6 +38,12 @@ const char *const mx_hs_names[KL_HS_FAIL_REASONS] = {
     "timeout", "certificate", "protocol", "closed", "other",
 };
 
+const char *const mx_logsup_names[KL_LOGSUP_KINDS] = {
+    "handshake_failed",
+    "handshake_timeout",
+    "handshake_too_big",
+};
+
 const char *const mx_conn_names[KL_MCONN_STATES] = {
     "none",
     "handshake",

@@ -65,6 +65,16 @@ typedef enum kl_metrics_hs_fail {
     KL_HS_FAIL_REASONS
 } kl_metrics_hs_fail;
 
+/* Kinds of log line a peer can cause at will, rate-limited
+ * (docs/OPERATIONS.md, Logs): keylessd_log_suppressed_total{kind} counts
+ * the lines left out. */
+typedef enum kl_metrics_log_kind {
+    KL_LOGSUP_HANDSHAKE_FAILED = 0, /* "TLS handshake failed" */
+    KL_LOGSUP_HANDSHAKE_TIMEOUT,    /* "TLS handshake timed out" */
+    KL_LOGSUP_HANDSHAKE_TOO_BIG,    /* max_handshake_bytes exceeded */
+    KL_LOGSUP_KINDS
+} kl_metrics_log_kind;
+
 /* Why a connection was closed right after accept() (limits.c): for
  * keylessd_connections_refused_total{reason}. */
 typedef enum kl_metrics_refusal {
@@ -118,6 +128,9 @@ void kl_metrics_queue_wait(kl_metrics_local *l, int cost_class, uint64_t ns);
 void kl_metrics_shed(kl_metrics_local *l, kl_metrics_shed_reason reason);
 /* keylessd_tls_handshake_failures_total{reason}. */
 void kl_metrics_handshake_failed(kl_metrics_local *l, kl_metrics_hs_fail r);
+/* keylessd_log_suppressed_total{kind}: one line of that kind left out by
+ * the log's rate limit. */
+void kl_metrics_log_suppressed(kl_metrics_local *l, kl_metrics_log_kind k);
 /* keylessd_requests_in_flight: +1 when read, -1 when its response is
  * queued for writing (both on the connection's shard). */
 void kl_metrics_inflight_add(kl_metrics_local *l, int64_t delta);

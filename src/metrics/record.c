@@ -113,6 +113,12 @@ void kl_metrics_handshake_failed(kl_metrics_local *l, kl_metrics_hs_fail r)
         BUMP(&l->hs_fail[r], 1);
 }
 
+void kl_metrics_log_suppressed(kl_metrics_local *l, kl_metrics_log_kind k)
+{
+    if (l && (unsigned)k < KL_LOGSUP_KINDS)
+        BUMP(&l->log_suppressed[k], 1);
+}
+
 void kl_metrics_inflight_add(kl_metrics_local *l, int64_t delta)
 {
     if (l)

@@ -22,6 +22,7 @@ typedef struct mx_total {
     uint64_t failed_conn;
     uint64_t shed[KL_SHED_REASONS];
     uint64_t hs_fail[KL_HS_FAIL_REASONS];
+    uint64_t log_suppressed[KL_LOGSUP_KINDS];
     int64_t inflight;
     int64_t conns[KL_MCONN_STATES];
     uint64_t refused[KL_REFUSE_REASONS];
@@ -72,6 +73,8 @@ static void add_slot(mx_total *t, kl_metrics_local *l, uint64_t now)
         t->shed[r] += LOAD(&l->shed[r]);
     for (int r = 0; r < KL_HS_FAIL_REASONS; r++)
         t->hs_fail[r] += LOAD(&l->hs_fail[r]);
+    for (int k = 0; k < KL_LOGSUP_KINDS; k++)
+        t->log_suppressed[k] += LOAD(&l->log_suppressed[k]);
     t->inflight += LOAD(&l->inflight);
     for (int s = 0; s < KL_MCONN_STATES; s++)
         t->conns[s] += LOAD(&l->conns[s]);
@@ -206,6 +209,12 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
                   "keylessd_tls_handshake_failures_total{reason=\"%s\"} "
                   "%llu\n",
                   mx_hs_names[r], (unsigned long long)t->hs_fail[r]);
+    mx_family(b, "keylessd_log_suppressed_total", "counter",
+              "Log lines left out by the rate limit of lines a peer can "
+              "cause, by kind.");
+    for (int k = 0; k < KL_LOGSUP_KINDS; k++)
+        mx_printf(b, "keylessd_log_suppressed_total{kind=\"%s\"} %llu\n",
+                  mx_logsup_names[k], (unsigned long long)t->log_suppressed[k]);
     render_backpressure(b, t);
 
     put_u64(b, "keylessd_keys_loaded", "gauge", "Private keys loaded.",

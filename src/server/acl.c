@@ -21,6 +21,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
@@ -34,7 +35,8 @@ typedef enum { K_ANY, K_SKI, K_DIR, K_FILE } key_kind;
 
 typedef struct acl_client {
     client_kind kind;
-    char *text; /* C_CN, C_SAN */
+    char *text;  /* C_CN, C_SAN */
+    size_t tlen; /* strlen(text): names are compared in full length */
     uint8_t fp[FP_LEN];
 } acl_client;
 
@@ -188,6 +190,7 @@ static bool parse_client(const char *s, acl_client *c)
     if (!*v)
         return false;
     c->text = strdup(v);
+    c->tlen = strlen(v);
     return c->text != NULL;
 }
 
@@ -248,6 +251,10 @@ static const char *parse_list(yaml_document_t *doc, yaml_node_t *list,
         if (v->type != YAML_SCALAR_NODE)
             return "entries must be text like cn:NAME or ski:HEX";
         const char *s = (const char *)v->data.scalar.value;
+        /* YAML can write a NUL ("\0"); a C string would end there */
+        if (strlen(s) != v->data.scalar.length)
+            return "an entry holds a NUL byte (a certificate name with one "
+                   "is refused at the handshake, docs/SECURITY.md)";
         bool ok = clients ? parse_client(s, &r->clients[r->nclients])
                           : parse_key(s, &r->keys[r->nkeys]);
         if (clients)
@@ -367,19 +374,19 @@ kl_acl *kl_acl_load(const char *path, char *err, size_t errlen)
 /* ---- matching ---- */
 
 typedef struct identity {
-    char cn[256];
+    unsigned char *cn; /* the first subject CN as UTF-8, or NULL */
+    int cnlen;
     uint8_t fp[FP_LEN];
     GENERAL_NAMES *sans;
 } identity;
 
-static bool san_is(const GENERAL_NAME *g, const char *want)
+static bool san_is(const GENERAL_NAME *g, const char *want, size_t want_len)
 {
     int type;
     const ASN1_STRING *s = GENERAL_NAME_get0_value(g, &type);
     if (type == GEN_DNS || type == GEN_EMAIL || type == GEN_URI) {
         size_t n = (size_t)ASN1_STRING_length(s);
-        return n == strlen(want) &&
-               memcmp(ASN1_STRING_get0_data(s), want, n) == 0;
+        return n == want_len && memcmp(ASN1_STRING_get0_data(s), want, n) == 0;
     }
     if (type == GEN_IPADD) {
         char text[INET6_ADDRSTRLEN] = "";
@@ -398,11 +405,14 @@ static bool client_matches(const acl_client *c, const identity *id)
 {
     switch (c->kind) {
     case C_ANY: return true;
-    case C_CN: return id->cn[0] && strcmp(id->cn, c->text) == 0;
+    case C_CN:
+        /* in full: "edge-1\0.attacker" is not edge-1 (docs/SECURITY.md) */
+        return id->cn && (size_t)id->cnlen == c->tlen &&
+               memcmp(id->cn, c->text, c->tlen) == 0;
     case C_FP: return memcmp(id->fp, c->fp, FP_LEN) == 0;
     case C_SAN:
         for (int i = 0; id->sans && i < sk_GENERAL_NAME_num(id->sans); i++)
-            if (san_is(sk_GENERAL_NAME_value(id->sans, i), c->text))
+            if (san_is(sk_GENERAL_NAME_value(id->sans, i), c->text, c->tlen))
                 return true;
         return false;
     }
@@ -420,9 +430,17 @@ static uint64_t match_cert(const kl_acl_set *a, const unsigned char *der,
         return 0;
     identity id;
     memset(&id, 0, sizeof id);
-    if (X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName,
-                                  id.cn, sizeof id.cn) < 0)
-        id.cn[0] = 0;
+    X509_NAME *subj = X509_get_subject_name(x);
+    int cn = X509_NAME_get_index_by_NID(subj, NID_commonName, -1);
+    id.cnlen = cn < 0 ? -1
+                      : ASN1_STRING_to_UTF8(&id.cn,
+                                            X509_NAME_ENTRY_get_data(
+                                                X509_NAME_get_entry(subj, cn)));
+    if (id.cnlen < 0) {
+        ERR_clear_error(); /* the shard's queue: tls.c reads it */
+        OPENSSL_free(id.cn);
+        id.cn = NULL;
+    }
     unsigned int fplen = 0;
     if (!EVP_Digest(der, len, id.fp, &fplen, EVP_sha256(), NULL))
         memset(id.fp, 0, sizeof id.fp);
@@ -435,6 +453,7 @@ static uint64_t match_cert(const kl_acl_set *a, const unsigned char *der,
                 break;
             }
     GENERAL_NAMES_free(id.sans);
+    OPENSSL_free(id.cn);
     X509_free(x);
     return rules;
 }

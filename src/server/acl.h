@@ -9,12 +9,13 @@
  *   - clients: ["*"]
  *     keys: [dir:/etc/keyless/keys/shared]
  *
- * Clients: cn:NAME (the certificate's subject CN), san:NAME (any DNS,
- * e-mail, URI or IP subjectAltName, IPs as text), fp:HEX (SHA-256 of the
- * certificate's DER; colons and case ignored), "*" (every client). Keys:
- * ski:HEX (protocol P7), dir:PATH (every key loaded from a file below PATH,
- * written as in private_key_stores), file:PATH, "*" (every key). A request
- * is allowed when some rule names both the client and the key; with an
+ * Clients: cn:NAME (the certificate's first subject CN, as UTF-8), san:NAME
+ * (any DNS, e-mail, URI or IP subjectAltName, IPs as text) - names are
+ * compared in full length, and an entry holding a NUL byte is refused; fp:HEX
+ * (SHA-256 of the certificate's DER; colons and case ignored), "*" (every
+ * client). Keys: ski:HEX (protocol P7), dir:PATH (every key loaded from a file
+ * below PATH, written as in private_key_stores), file:PATH, "*" (every key). A
+ * request is allowed when some rule names both the client and the key; with an
  * access file, a client no rule names may use no key. A refused request is
  * answered `key not found` (the key's existence is not revealed). At most
  * 64 rules. Reloadable: a new file is parsed beside the lists in effect

@@ -488,10 +488,13 @@ static void handshake(kl_conn *c)
             kl_mx_handshake_failed(s, io == KL_IO_EOF ? KL_HS_FAIL_CLOSED : -1,
                                    kl_tls_last_error(c->tls));
             snprintf(c->peer, sizeof c->peer, "%s", kl_tls_peer_name(c->tls));
-            kl_conn_close_with(c, KL_LOG_WARN, "TLS handshake failed",
-                               io == KL_IO_EOF
-                                   ? "the client closed the connection"
-                                   : kl_tls_last_error(c->tls));
+            /* rate-limited: anyone can fail handshakes (docs/OPERATIONS.md,
+             * Logs) */
+            kl_conn_close_limited(c, KL_LOGSUP_HANDSHAKE_FAILED, KL_LOG_WARN,
+                                  "TLS handshake failed",
+                                  io == KL_IO_EOF
+                                      ? "the client closed the connection"
+                                      : kl_tls_last_error(c->tls));
         }
         return;
     }
@@ -543,7 +546,8 @@ static void on_timer(kl_loop *l, kl_timer *t)
     case KL_CONN_HANDSHAKE:
         KL_COUNT(s->st.handshake_failed);
         kl_mx_handshake_failed(s, KL_HS_FAIL_TIMEOUT, NULL);
-        kl_conn_close_with(c, KL_LOG_INFO, "closed", "TLS handshake timed out");
+        kl_conn_close_limited(c, KL_LOGSUP_HANDSHAKE_TIMEOUT, KL_LOG_INFO,
+                              "closed", "TLS handshake timed out");
         return;
     case KL_CONN_OPEN: {
         /* Re-armed lazily: requests only move last_req_ns. */

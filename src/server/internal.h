@@ -176,6 +176,7 @@ struct kl_shard {
     uint64_t busy_reported; /* loop busy time already recorded */
     uint32_t log_lines, log_suppressed;
     uint64_t refusal_log_ns; /* rate limit of limits.c's warnings */
+    kl_timer loglimit_timer; /* a summary of lines left out (loglimit.c) */
     /* issue 5: fast operations run inline while the turn has used less
      * than inline_ns (0: never); how many ran here and in the pool */
     uint64_t inline_ns;
@@ -224,6 +225,16 @@ int kl_conn_read_block(const kl_conn *c);
 /* Closes with one log line at level: "<what>: <why>". */
 void kl_conn_close_with(kl_conn *c, int level, const char *what,
                         const char *why);
+/* loglimit.c: kl_conn_close_with for a kind of line a peer can cause at
+ * will, rate-limited (docs/OPERATIONS.md, Logs); a line left out is
+ * counted in keylessd_log_suppressed_total{kind}. */
+void kl_conn_close_limited(kl_conn *c, kl_metrics_log_kind kind, int level,
+                           const char *what, const char *why);
+/* Writes the summaries of the windows that are over (force: all, at
+ * shutdown); returns when the next is due (0: none). Any thread. */
+uint64_t kl_loglimit_flush(uint64_t now_ns, bool force);
+/* The shard's loglimit_timer. */
+void kl_shard_loglimit_timer(kl_loop *l, kl_timer *t);
 /* false: max_handshaking is reached and fd was left to the caller
  * (limits.h KL_ADMIT_WAIT); true: fd became a connection or was closed */
 bool kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa);

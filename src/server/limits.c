@@ -432,6 +432,7 @@ bool kl_limits_handshake_too_big(kl_conn *c)
              "%llu bytes sent without completing the handshake (more than "
              "max_handshake_bytes, %llu)",
              (unsigned long long)got, (unsigned long long)max);
-    kl_conn_close_with(c, KL_LOG_INFO, "TLS handshake refused", why);
+    kl_conn_close_limited(c, KL_LOGSUP_HANDSHAKE_TOO_BIG, KL_LOG_INFO,
+                          "TLS handshake refused", why);
     return true;
 }

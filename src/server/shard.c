@@ -400,6 +400,7 @@ kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
     pthread_mutex_init(&s->done_mu, NULL);
     kl_timer_init(&s->accept_retry, on_accept_retry, s);
     kl_timer_init(&s->drain_timer, on_drain_timer, s);
+    kl_timer_init(&s->loglimit_timer, kl_shard_loglimit_timer, s);
     s->loop = kl_loop_new();
     if (!s->loop) {
         snprintf(err, errlen, "cannot create an event loop: %s",
@@ -440,6 +441,8 @@ void *kl_shard_main(void *arg)
     kl_debug("shard %d: %llu operations ran inline, %llu in the pool", s->index,
              (unsigned long long)s->inlined, (unsigned long long)s->pooled);
     close_listener(s);
+    /* lines left out and not yet summarised: said before the exit */
+    kl_loglimit_flush(kl_now_ns(), true);
     kl_crypto_thread_cleanup(); /* the contexts of the inline operations */
     return NULL;
 }

@@ -26,7 +26,9 @@ struct kl_tls_ctx {
 struct kl_tls_conn {
     SSL *ssl;
     char err[256];
-    char peer[128];
+    char peer[128];    /* the peer's CN for logs (peer_text) */
+    bool peer_seen;    /* peer is set from the peer's certificate */
+    char refused[128]; /* why the peer's names were refused, or "" */
 };
 
 /* Protocol P1: the compatibility profile the reference server offers. */
@@ -136,20 +138,126 @@ static bool load_identity(SSL_CTX *ctx, const kl_tls_opts *o, char *err,
     return true;
 }
 
-/* A refused client certificate is logged with its name (issue 4): once the
- * handshake failed the SSL no longer holds the peer's certificate, so the
- * leaf's CN is kept while verification still has it. */
-static int remember_peer(int ok, X509_STORE_CTX *st)
+/* The index of the first byte a certificate name must not hold - NUL,
+ * another control character (below 0x20) or DEL - or -1
+ * (docs/SECURITY.md, Network: before authentication). */
+static int bad_byte(const unsigned char *p, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] == 0x7f)
+            return i;
+    return -1;
+}
+
+/* The first subject CN of x (the one the access lists match), as UTF-8
+ * with any control byte written \xNN: a name for log lines, also of a
+ * certificate refused for its name. "" when there is none. */
+static void peer_text(X509 *x, char *out, size_t cap)
+{
+    out[0] = 0;
+    X509_NAME *nm = X509_get_subject_name(x);
+    int i = X509_NAME_get_index_by_NID(nm, NID_commonName, -1);
+    unsigned char *u = NULL;
+    int n = i < 0 ? -1
+                  : ASN1_STRING_to_UTF8(&u, X509_NAME_ENTRY_get_data(
+                                                X509_NAME_get_entry(nm, i)));
+    size_t pos = 0;
+    for (int k = 0; k < n; k++) {
+        bool ctl = u[k] < 0x20 || u[k] == 0x7f;
+        if (pos + (ctl ? 4 : 1) >= cap)
+            break;
+        if (ctl)
+            pos += (size_t)snprintf(out + pos, cap - pos, "\\x%02x", u[k]);
+        else
+            out[pos++] = (char)u[k];
+    }
+    out[pos] = 0;
+    OPENSSL_free(u);
+    if (n < 0)
+        ERR_clear_error();
+}
+
+/* Whether a peer certificate's names are unusable, and why (into why): a
+ * subject attribute or a DNS, e-mail or URI subjectAltName holding a NUL
+ * or another control character. Such a name would compare, log or show
+ * in metrics as something it is not ("edge-1\0.attacker" as "edge-1"), so
+ * the handshake is refused (docs/SECURITY.md). */
+static bool names_problem(X509 *x, char *why, size_t cap)
+{
+    X509_NAME *nm = X509_get_subject_name(x);
+    for (int i = 0; i < X509_NAME_entry_count(nm); i++) {
+        X509_NAME_ENTRY *e = X509_NAME_get_entry(nm, i);
+        int nid = OBJ_obj2nid(X509_NAME_ENTRY_get_object(e));
+        const char *what = nid != NID_undef ? OBJ_nid2sn(nid) : "attribute";
+        unsigned char *u = NULL;
+        int n = ASN1_STRING_to_UTF8(&u, X509_NAME_ENTRY_get_data(e));
+        if (n < 0) {
+            ERR_clear_error();
+            if (nid != NID_commonName)
+                continue; /* not text: neither matched nor logged */
+            snprintf(why, cap, "its subject CN is not valid text");
+            return true;
+        }
+        int bad = bad_byte(u, n);
+        if (bad >= 0)
+            snprintf(why, cap,
+                     "its subject %s holds a control character (0x%02x at "
+                     "byte %d)",
+                     what, u[bad], bad);
+        OPENSSL_free(u);
+        if (bad >= 0)
+            return true;
+    }
+    GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+    bool bad_san = false;
+    for (int i = 0; !bad_san && gens && i < sk_GENERAL_NAME_num(gens); i++) {
+        int type;
+        const ASN1_STRING *s =
+            GENERAL_NAME_get0_value(sk_GENERAL_NAME_value(gens, i), &type);
+        if (type != GEN_DNS && type != GEN_EMAIL && type != GEN_URI)
+            continue;
+        const unsigned char *d = ASN1_STRING_get0_data(s);
+        int bad = bad_byte(d, ASN1_STRING_length(s));
+        if (bad >= 0) {
+            snprintf(why, cap,
+                     "its subjectAltName %s holds a control character (0x%02x "
+                     "at byte %d)",
+                     type == GEN_DNS     ? "DNS"
+                     : type == GEN_EMAIL ? "email"
+                                         : "URI",
+                     d[bad], bad);
+            bad_san = true;
+        }
+    }
+    GENERAL_NAMES_free(gens);
+    return bad_san;
+}
+
+/* The server's verify callback, run for each certificate of the peer's
+ * chain. On the first call it keeps the leaf's name (a refused client
+ * certificate is logged with its name, docs/OPERATIONS.md Logs, and once
+ * the handshake failed the SSL no longer holds the peer's certificate) and
+ * checks the leaf's names (names_problem, docs/SECURITY.md); a certificate
+ * refused for its names fails verification whatever its chain. */
+static int check_peer(int ok, X509_STORE_CTX *st)
 {
     SSL *ssl =
         X509_STORE_CTX_get_ex_data(st, SSL_get_ex_data_X509_STORE_CTX_idx());
     kl_tls_conn *c = ssl ? SSL_get_app_data(ssl) : NULL;
     X509 *leaf = X509_STORE_CTX_get0_cert(st);
-    if (c && leaf && !c->peer[0] &&
-        X509_NAME_get_text_by_NID(X509_get_subject_name(leaf), NID_commonName,
-                                  c->peer, sizeof c->peer) < 0)
-        c->peer[0] = 0;
-    return ok;
+    if (!c || !leaf)
+        return ok;
+    if (!c->peer_seen) {
+        c->peer_seen = true;
+        peer_text(leaf, c->peer, sizeof c->peer);
+        if (!names_problem(leaf, c->refused, sizeof c->refused))
+            c->refused[0] = 0;
+    }
+    if (!c->refused[0])
+        return ok;
+    if (ok)
+        X509_STORE_CTX_set_error(st, X509_V_ERR_APPLICATION_VERIFICATION);
+    return 0;
 }
 
 static long session_cache_size(const kl_tls_opts *o)
@@ -305,9 +413,8 @@ static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
     if (is_server) {
         /* P1: a client certificate is required, chained to the configured
          * CA, with clientAuth usage (or no EKU). */
-        SSL_CTX_set_verify(ctx,
-                           SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
-                           remember_peer);
+        SSL_CTX_set_verify(
+            ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, check_peer);
         SSL_CTX_set_purpose(ctx, X509_PURPOSE_SSL_CLIENT);
         SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
         static const unsigned char sid_ctx[] = "keylessd";
@@ -407,7 +514,7 @@ kl_tls_conn *kl_tls_conn_new(kl_tls_ctx *ctx, int fd, bool is_server,
         ERR_clear_error();
         return NULL;
     }
-    SSL_set_app_data(c->ssl, c); /* for remember_peer */
+    SSL_set_app_data(c->ssl, c); /* for check_peer */
     if (is_server) {
         SSL_set_accept_state(c->ssl);
     } else {
@@ -462,9 +569,19 @@ static kl_io translate(kl_tls_conn *c, int ret)
     default: {
         c->err[0] = 0;
         long vr = SSL_get_verify_result(c->ssl);
-        if (vr != X509_V_OK)
-            snprintf(c->err, sizeof c->err, "certificate verify failed: %s",
-                     X509_verify_cert_error_string(vr));
+        size_t n = 0;
+        /* the chain's own failure first (e.g. an untrusted CA), then the
+         * names' (check_peer) */
+        if (vr != X509_V_OK && vr != X509_V_ERR_APPLICATION_VERIFICATION)
+            n = (size_t)snprintf(c->err, sizeof c->err,
+                                 "certificate verify failed: %s",
+                                 X509_verify_cert_error_string(vr));
+        if (c->refused[0] && n < sizeof c->err &&
+            snprintf(c->err + n, sizeof c->err - n,
+                     "%sclient certificate refused: %s; names must be plain "
+                     "text (docs/SECURITY.md)",
+                     n ? "; " : "", c->refused) >= (int)(sizeof c->err - n))
+            c->err[sizeof c->err - 1] = 0; /* cut: still one line */
         drain_errors(c->err, sizeof c->err);
         if (!c->err[0])
             snprintf(c->err, sizeof c->err, "TLS error %d", e);
@@ -539,15 +656,15 @@ const char *kl_tls_last_error(const kl_tls_conn *c)
 const char *kl_tls_peer_name(const kl_tls_conn *c)
 {
     kl_tls_conn *m = (kl_tls_conn *)c;
-    if (m->peer[0])
+    if (m->peer_seen)
         return m->peer;
+    /* a resumed session: no verification ran, its certificate was checked
+     * when the session was made */
     X509 *x = SSL_get0_peer_certificate(c->ssl);
     if (!x)
         return "";
-    X509_NAME *subj = X509_get_subject_name(x);
-    if (X509_NAME_get_text_by_NID(subj, NID_commonName, m->peer,
-                                  sizeof m->peer) < 0)
-        m->peer[0] = 0;
+    peer_text(x, m->peer, sizeof m->peer);
+    m->peer_seen = true;
     return m->peer;
 }
 

@@ -89,7 +89,11 @@ void kl_tls_shutdown(kl_tls_conn *c);
 /* After a failure: a one-line description (OpenSSL's reason, a
  * verification error, ...). Never NULL. */
 const char *kl_tls_last_error(const kl_tls_conn *c);
-/* The peer certificate's subject CN (or "" when none). */
+/* The peer certificate's (first) subject CN as UTF-8, control bytes written
+ * \xNN, at most 127 bytes (or "" when none): a name for log lines. A
+ * server refuses peer certificates whose subject attributes or DNS, e-mail
+ * or URI subjectAltNames hold NUL or control characters
+ * (docs/SECURITY.md); kl_tls_last_error then says so. */
 const char *kl_tls_peer_name(const kl_tls_conn *c);
 /* The peer's (verified) certificate as DER, malloc'd into *der (free()
  * it); 0 when there is none. For access lists (server/acl.c), which match

@@ -7,7 +7,10 @@
  * broken access file stops the start with a message naming it. On SIGHUP
  * the file is re-read: new rules apply at once, to connections already
  * open too; a broken file is reported (file, line, fix) and the rules in
- * effect stay. */
+ * effect stay. Names are compared in full: a CA-signed certificate whose
+ * CN is "edge-1\0.attacker" (or holds ESC, CR, or a SAN with a NUL) is
+ * refused at the handshake and cannot use edge-1's keys
+ * (docs/SECURITY.md). */
 #include "test_abuse_common.h"
 
 #include <signal.h>
@@ -219,6 +222,87 @@ static void test_refusals_logged(void **state)
     free(log);
 }
 
+/* Connects as certs/NAME and asks for a signature with edge-1's key: the
+ * handshake must be refused - no answer, the connection closed (in TLS 1.3
+ * the client's side of the handshake completes first; the refusal arrives
+ * afterwards). */
+static void expect_refused_as(const char *name, bool tls12)
+{
+    char crt[1100], key[1100], err[512] = "";
+    snprintf(crt, sizeof crt, "%s/%s.crt", certs, name);
+    snprintf(key, sizeof key, "%s/%s.key", certs, name);
+    kl_client_opts o = td_client_opts(&d);
+    o.cert_file = crt;
+    o.key_file = key;
+    o.tls12_only = tls12;
+    kl_client *c = NULL;
+    const char *v = tls12 ? "TLS 1.2" : "TLS 1.3";
+    if (kl_client_connect(&o, &c, err, sizeof err) == KL_OK) {
+        kl_request_spec s = {.opcode = EC,
+                             .payload = ha_digest,
+                             .payload_len = sizeof ha_digest,
+                             .ski = ski_p256};
+        uint32_t id;
+        kl_client_result r;
+        assert_int_equal(kl_client_send(c, &s, &id), KL_OK);
+        kl_status fst = kl_client_flush(c, 3000);
+        (void)fst; /* may fail: the refusal is what we wait for */
+        kl_status st = kl_client_recv(c, 3000, &r);
+        if (st == KL_OK)
+            fail_msg("%s (%s): answered (opcode 0x%02x, error 0x%02x): the "
+                     "certificate was accepted",
+                     name, v, r.opcode, r.error);
+        if (st == KL_E_TIMEOUT)
+            fail_msg("%s (%s): connection still open after 3 s", name, v);
+        snprintf(err, sizeof err, "%s", kl_client_last_error(c));
+        kl_client_close(c);
+    }
+    print_message("%s over %s: refused: %s\n", name, v, err);
+}
+
+static void test_hostile_names_refused(void **state)
+{
+    static const char nul[] = "edge-1\0.attacker";
+    static const char esc[] = "edge-1\x1b[2J";
+    static const char cr[] = "edge-1\r[error] forged";
+    static const char san[] = "edge-2.example.com\0.attacker";
+    tp_issue_client_raw(certs, "nul-cn", "ca", nul, sizeof nul - 1, NULL, 0);
+    tp_issue_client_raw(certs, "esc-cn", "ca", esc, sizeof esc - 1, NULL, 0);
+    tp_issue_client_raw(certs, "cr-cn", "ca", cr, sizeof cr - 1, NULL, 0);
+    tp_issue_client_raw(certs, "nul-san", "ca", "edge-9", 6, san,
+                        sizeof san - 1);
+    const char *names[] = {"nul-cn", "esc-cn", "cr-cn", "nul-san"};
+    for (int i = 0; i < 4; i++) {
+        expect_refused_as(names[i], false);
+        expect_refused_as(names[i], true);
+    }
+    /* edge-1 itself is still served */
+    kl_client *c = connect_as("edge-1");
+    assert_int_equal(sign(c, ski_p256, EC), KL_ERR_NONE);
+    kl_client_close(c);
+    /* each refusal is logged with the reason and the name, escaped */
+    char *log = td_read_log(&d);
+    static const char *const want[] = {
+        "(client edge-1\\x00.attacker): TLS handshake failed: client "
+        "certificate refused: its subject CN holds a control character (0x00 "
+        "at byte 6); names must be plain text (docs/SECURITY.md)",
+        "(client edge-1\\x1b[2J): TLS handshake failed: client certificate "
+        "refused: its subject CN holds a control character (0x1b at byte 6)",
+        "(client edge-1\\x0d[error] forged): TLS handshake failed: client "
+        "certificate refused: its subject CN holds a control character (0x0d",
+        "(client edge-9): TLS handshake failed: client certificate refused: "
+        "its subjectAltName DNS holds a control character (0x00 at byte 18)",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!strstr(log, want[i])) {
+            td_dump_log(&d);
+            fail_msg("not in the log: %s", want[i]);
+        }
+    assert_null(strchr(log, '\x1b'));
+    assert_null(strchr(log, '\r'));
+    free(log);
+}
+
 /* A broken access file: keylessd does not start, and says why. */
 static void test_bad_access_file(void **state)
 {
@@ -387,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_allowed_by_san_and_fingerprint),
         cmocka_unit_test(test_unlisted_client),
         cmocka_unit_test(test_refusals_logged),
+        cmocka_unit_test(test_hostile_names_refused),
         cmocka_unit_test(test_bad_access_file),
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_reload_under_load),

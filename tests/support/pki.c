@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509v3.h>
 
 #include "client/verify.h"
 #include "daemon.h"
@@ -230,4 +232,93 @@ void tp_issue_server_cert(const char *dir, const char *key, const char *subj,
           "openssl x509 -req -CA %s -CAkey %s -days %d -extfile %s -out %s "
           "2>/dev/null",
           key, subj, tp_path("ca.crt"), tp_path("ca.key"), days, ext, cert);
+}
+
+static void add_ext(X509 *x, X509 *ca, int nid, const char *value)
+{
+    X509V3_CTX ctx;
+    X509V3_set_ctx(&ctx, ca, x, NULL, NULL, 0);
+    X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, &ctx, nid, value);
+    assert_non_null(e);
+    assert_int_equal(X509_add_ext(x, e, -1), 1);
+    X509_EXTENSION_free(e);
+}
+
+void tp_issue_client_raw(const char *dir, const char *name, const char *ca,
+                         const void *cn, size_t cnlen, const void *dns,
+                         size_t dnslen)
+{
+    char rel[128], path[1100];
+    snprintf(rel, sizeof rel, "%s.crt", ca);
+    FILE *f = fopen(tp_path(rel), "r");
+    assert_non_null(f);
+    X509 *cacert = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    snprintf(rel, sizeof rel, "%s.key", ca);
+    f = fopen(tp_path(rel), "r");
+    assert_non_null(f);
+    EVP_PKEY *cakey = PEM_read_PrivateKey(f, NULL, NULL, NULL);
+    fclose(f);
+    assert_non_null(cacert);
+    assert_non_null(cakey);
+
+    EVP_PKEY *key = EVP_EC_gen("P-256");
+    X509 *x = X509_new();
+    assert_non_null(key);
+    assert_non_null(x);
+    assert_int_equal(X509_set_version(x, X509_VERSION_3), 1);
+    unsigned char serial[8];
+    assert_int_equal(RAND_bytes(serial, sizeof serial), 1);
+    serial[0] &= 0x7f;
+    BIGNUM *bn = BN_bin2bn(serial, sizeof serial, NULL);
+    assert_non_null(BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x)));
+    BN_free(bn);
+    assert_non_null(X509_gmtime_adj(X509_getm_notBefore(x), -3600));
+    assert_non_null(X509_gmtime_adj(X509_getm_notAfter(x), 30L * 86400));
+    assert_int_equal(X509_set_pubkey(x, key), 1);
+    X509_NAME *subj = X509_get_subject_name(x);
+    assert_int_equal(X509_NAME_add_entry_by_txt(
+                         subj, "O", MBSTRING_ASC,
+                         (const unsigned char *)"keylessd test", -1, -1, 0),
+                     1);
+    /* a plain type, not MBSTRING_*: the bytes are stored unchecked */
+    assert_int_equal(X509_NAME_add_entry_by_NID(subj, NID_commonName,
+                                                V_ASN1_UTF8STRING, cn,
+                                                (int)cnlen, -1, 0),
+                     1);
+    assert_int_equal(X509_set_issuer_name(x, X509_get_subject_name(cacert)), 1);
+    add_ext(x, cacert, NID_basic_constraints, "critical,CA:FALSE");
+    add_ext(x, cacert, NID_key_usage, "critical,digitalSignature");
+    add_ext(x, cacert, NID_ext_key_usage, "clientAuth");
+    if (dns) {
+        GENERAL_NAMES *gens = GENERAL_NAMES_new();
+        GENERAL_NAME *g = GENERAL_NAME_new();
+        ASN1_IA5STRING *s = ASN1_IA5STRING_new();
+        assert_true(gens && g && s);
+        assert_int_equal(ASN1_STRING_set(s, dns, (int)dnslen), 1);
+        GENERAL_NAME_set0_value(g, GEN_DNS, s);
+        assert_true(sk_GENERAL_NAME_push(gens, g) > 0);
+        assert_int_equal(X509_add1_ext_i2d(x, NID_subject_alt_name, gens, 0, 0),
+                         1);
+        GENERAL_NAMES_free(gens);
+    }
+    assert_true(X509_sign(x, cakey, EVP_sha256()) > 0);
+
+    snprintf(path, sizeof path, "%s/%s.key", dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    f = fdopen(fd, "w");
+    assert_non_null(f);
+    assert_int_equal(PEM_write_PrivateKey(f, key, NULL, NULL, 0, NULL, NULL),
+                     1);
+    assert_int_equal(fclose(f), 0);
+    snprintf(path, sizeof path, "%s/%s.crt", dir, name);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(PEM_write_X509(f, x), 1);
+    assert_int_equal(fclose(f), 0);
+    X509_free(x);
+    EVP_PKEY_free(key);
+    X509_free(cacert);
+    EVP_PKEY_free(cakey);
 }

@@ -56,5 +56,14 @@ SSL_CTX *tp_client_resume_ctx(const char *name, int version);
  * days, signed by the test CA; dir holds the extensions file it uses. */
 void tp_issue_server_cert(const char *dir, const char *key, const char *subj,
                           int days, const char *cert);
+/* Issues dir/name.crt and dir/name.key (P-256, mode 0600): a clientAuth
+ * certificate signed by the test PKI's CA `ca` ("ca" or "other-ca"), with
+ * subject O=keylessd test and a CN of exactly these cnlen bytes (any bytes:
+ * NUL and control characters are written as they are, as a UTF8String),
+ * and, when dns is not NULL, one DNS subjectAltName of exactly dnslen
+ * bytes. For the tests of hostile certificate names (docs/SECURITY.md). */
+void tp_issue_client_raw(const char *dir, const char *name, const char *ca,
+                         const void *cn, size_t cnlen, const void *dns,
+                         size_t dnslen);
 
 #endif

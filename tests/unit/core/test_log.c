@@ -2,7 +2,10 @@
 /* Logging (src/core/log.c): the text format as before, and log_format
  * json (issue 11) - one valid JSON object per line with time, level, msg
  * and the call's fields, whatever bytes the message holds; under systemd
- * (JOURNAL_STREAM) the "<N>" priority prefix stays in both formats. Each
+ * (JOURNAL_STREAM) the "<N>" priority prefix stays in both formats. Text
+ * lines escape control bytes and invalid UTF-8 as \xNN (a peer's
+ * certificate name cannot forge a line or drive a terminal), and the rate
+ * limit of repeated lines summarises what it left out. Each
  * case runs in a child process whose stderr is a file (the journal mode is
  * decided once per process). */
 #include "testutil.h"
@@ -67,13 +70,13 @@ static void test_text(void **state)
     assert_non_null(nl);
     assert_true(nl - out > 25);
     assert_memory_equal(out + 23, "Z keylessd: [info] hello 42\n", 28);
-    assert_non_null(strstr(out, "keylessd: [warning] two lines\n"));
+    assert_non_null(strstr(out, "keylessd: [warning] two\\x0alines\n"));
     assert_null(strstr(out, "not shown"));
     assert_null(strstr(out, "r-1")); /* fields are for json */
     free(out);
     out = capture(text_lines, true);
     assert_string_equal(out, "<6>keylessd: [info] hello 42\n"
-                             "<4>keylessd: [warning] two lines\n");
+                             "<4>keylessd: [warning] two\\x0alines\n");
     free(out);
 }
 
@@ -175,6 +178,145 @@ static void test_json(void **state)
     free(out);
 }
 
+/* What a client controls - here a certificate name as a refused handshake
+ * logs it - in both formats. */
+static const char forged[] = "edge-1\r\n2026-01-01T00:00:00.000Z keylessd: "
+                             "[info] \x1b[31mfake\x1b[0m\x7f\t\xff\xc3\xa9";
+
+static void hostile_text(void)
+{
+    kl_log_set_prefix("keylessd");
+    kl_log_set_level(KL_LOG_INFO);
+    kl_warn("connection 127.0.0.1:1 (client %s): TLS handshake failed", forged);
+    /* an escape is never cut: 3000 ESC bytes grow to 12000, the line ends
+     * on a whole \x1b */
+    static char many[3001];
+    memset(many, 0x1b, sizeof many - 1);
+    kl_info("%s", many);
+}
+
+static void hostile_json(void)
+{
+    kl_log_set_format(KL_LOG_JSON);
+    hostile_text();
+}
+
+static void test_escaped(void **state)
+{
+    (void)state;
+    char *out = capture(hostile_text, false);
+    const char *want =
+        "keylessd: [warning] connection 127.0.0.1:1 (client "
+        "edge-1\\x0d\\x0a2026-01-01T00:00:00.000Z keylessd: [info] "
+        "\\x1b[31mfake\\x1b[0m\\x7f\\x09\\xff\xc3\xa9): TLS handshake "
+        "failed\n";
+    if (!strstr(out, want))
+        fail_msg("not escaped as expected:\n%s", out);
+    /* two lines, no raw control byte but the line ends */
+    const char *nl = strchr(out, '\n');
+    const char *nl2 = strchr(nl + 1, '\n');
+    assert_non_null(nl2);
+    assert_string_equal(nl2 + 1, "");
+    for (const char *p = out; *p; p++)
+        if (*p != '\n')
+            assert_false((unsigned char)*p < 0x20 || *p == 0x7f);
+    size_t len = (size_t)(nl2 - (nl + 1));
+    assert_true(len > 4000 && len < 4096);
+    assert_memory_equal(nl2 - 4, "\\x1b", 4);
+    free(out);
+
+    out = capture(hostile_json, false);
+    nl = strchr(out, '\n');
+    assert_non_null(nl);
+    json_t *j = line_json(out, (size_t)(nl - out));
+    char expect[512];
+    snprintf(expect, sizeof expect,
+             "connection 127.0.0.1:1 (client %.*s\xef\xbf\xbd\xc3\xa9): TLS "
+             "handshake failed",
+             (int)(sizeof forged - 4), forged);
+    assert_string_equal(member(j, "msg"), expect);
+    json_decref(j);
+    for (const char *p = out; *p; p++)
+        if (*p != '\n')
+            assert_false((unsigned char)*p < 0x20 || *p == 0x7f);
+    free(out);
+}
+
+#define SEC 1000000000ull
+
+static void limited_lines(void)
+{
+    kl_log_set_prefix("keylessd");
+    kl_log_set_level(KL_LOG_INFO);
+    kl_log_limit l;
+    kl_log_limit_init(&l, "TLS handshake failed", KL_LOG_WARN);
+    uint64_t t = 1000 * SEC, due = 0;
+    int passed = 0;
+    for (int i = 0; i < 500; i++) /* 500 lines within 5 s */
+        if (kl_log_limit_pass(&l, t + (uint64_t)i * 10000000ull, &due))
+            kl_warn("line %d", passed++);
+    if (passed != KL_LOG_LIMIT_LINES || due != t + 10 * SEC)
+        kl_error("passed %d, due %llu", passed, (unsigned long long)due);
+    /* not yet over: nothing written, still due */
+    if (kl_log_limit_flush(&l, t + 9 * SEC, false) != t + 10 * SEC)
+        kl_error("flush before the end");
+    /* over: one summary, nothing more due */
+    if (kl_log_limit_flush(&l, t + 10 * SEC, false) != 0)
+        kl_error("flush after the end");
+    if (kl_log_limit_flush(&l, t + 11 * SEC, false) != 0)
+        kl_error("second flush");
+    /* a new window: 12 lines, the summary written by the next line after
+     * it (no flush), then a forced flush at shutdown after 3 s */
+    for (int i = 0; i < 12; i++)
+        if (kl_log_limit_pass(&l, t + 20 * SEC, NULL))
+            kl_warn("second window");
+    if (kl_log_limit_pass(&l, t + 31 * SEC, NULL))
+        kl_warn("third window");
+    for (int i = 0; i < 11; i++)
+        if (kl_log_limit_pass(&l, t + 32 * SEC, NULL))
+            kl_warn("third window");
+    if (kl_log_limit_flush(&l, t + 34 * SEC, true) != 0)
+        kl_error("forced flush");
+    /* a summary is written at the summary's level even when below the
+     * lines' */
+    kl_log_limit_destroy(&l);
+}
+
+static size_t count(const char *text, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what))
+        n++;
+    return n;
+}
+
+static void test_limit(void **state)
+{
+    (void)state;
+    char *out = capture(limited_lines, false);
+    if (strstr(out, "[error]"))
+        fail_msg("%s", out);
+    assert_int_equal(count(out, "] line "), KL_LOG_LIMIT_LINES);
+    assert_int_equal(count(out, "[warning] TLS handshake failed: 490 more like "
+                                "this in the last 10 s (at most 10 lines per "
+                                "10 s are logged; counted in "
+                                "keylessd_log_suppressed_total)\n"),
+                     1);
+    assert_int_equal(count(out, "] second window\n"), 10);
+    assert_int_equal(count(out, "TLS handshake failed: 2 more like this in the "
+                                "last 10 s"),
+                     1);
+    assert_int_equal(count(out, "] third window\n"), 10);
+    assert_int_equal(count(out, "TLS handshake failed: 2 more like this in the "
+                                "last 3 s"),
+                     1);
+    assert_int_equal(count(out, "more like this"), 3);
+    /* the order: the second window's summary before the third's lines */
+    assert_true(strstr(out, "2 more like this in the last 10 s") <
+                strstr(out, "] third window"));
+    free(out);
+}
+
 static void test_format_names(void **state)
 {
     (void)state;
@@ -189,9 +331,9 @@ static void test_format_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_text),
-        cmocka_unit_test(test_json),
-        cmocka_unit_test(test_format_names),
+        cmocka_unit_test(test_text),         cmocka_unit_test(test_json),
+        cmocka_unit_test(test_format_names), cmocka_unit_test(test_escaped),
+        cmocka_unit_test(test_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,6 +106,39 @@ static void test_labels_from_x509(void **state)
     kl_metrics_free(m);
 }
 
+/* A name holding a NUL is shown in full, the NUL as \x00 (a C string
+ * stopped there: "edge-1\0.attacker" showed as edge-1; docs/SECURITY.md). */
+static void test_names_in_full(void **state)
+{
+    (void)state;
+    kl_metrics *m = kl_metrics_new();
+    X509 *x = make_cert("placeholder", "9", "20300101000000Z", NULL, false,
+                        "clientAuth");
+    X509_NAME *n = X509_get_subject_name(x);
+    static const char cn[] = "edge-1\0.attacker";
+    X509_NAME_add_entry_by_txt(n, "CN", V_ASN1_UTF8STRING,
+                               (const unsigned char *)cn, sizeof cn - 1, -1, 0);
+    GENERAL_NAMES *gens = GENERAL_NAMES_new();
+    GENERAL_NAME *g = GENERAL_NAME_new();
+    ASN1_IA5STRING *s = ASN1_IA5STRING_new();
+    assert_int_equal(ASN1_STRING_set(s, "a.example\0.evil", 15), 1);
+    GENERAL_NAME_set0_value(g, GEN_DNS, s);
+    sk_GENERAL_NAME_push(gens, g);
+    assert_int_equal(X509_add1_ext_i2d(x, NID_subject_alt_name, gens, 0, 0), 1);
+    GENERAL_NAMES_free(gens);
+    kl_metrics_cert_expiry_add(m, "listener: 127.0.0.1:2407", x);
+    char *text = mt_scrape(m);
+    /* the last CN (as Go keeps it), the label escaping \ as \\ */
+    mt_assert_line(text, "certificate_expiration_timestamp_seconds{ca=\"0\","
+                         "client=\"1\",cn=\"edge-1\\\\x00.attacker\","
+                         "hostnames=\"a.example\\\\x00.evil\","
+                         "serial_no=\"9\",server=\"0\",source=\"listener: "
+                         "127.0.0.1:2407\"} 1893456000");
+    free(text);
+    X509_free(x);
+    kl_metrics_free(m);
+}
+
 static void test_pem_file(void **state)
 {
     (void)state;
@@ -168,6 +201,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_labels_from_x509),
         cmocka_unit_test(test_pem_file),
+        cmocka_unit_test(test_names_in_full),
         cmocka_unit_test(test_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

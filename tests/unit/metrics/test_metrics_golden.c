@@ -115,6 +115,9 @@ static void test_own_series(void **state)
     kl_metrics_shed(w, KL_SHED_DEADLINE);
     kl_metrics_shed(w, (kl_metrics_shed_reason)42); /* ignored */
     kl_metrics_handshake_failed(sh1, KL_HS_FAIL_CERT);
+    kl_metrics_log_suppressed(sh0, KL_LOGSUP_HANDSHAKE_FAILED);
+    kl_metrics_log_suppressed(sh1, KL_LOGSUP_HANDSHAKE_FAILED);
+    kl_metrics_log_suppressed(sh1, KL_LOGSUP_KINDS); /* ignored */
     kl_metrics_queue_wait(w, 1, 5 * MS);
     kl_metrics_queue_wait(w, 3, 5 * MS); /* no such class: ignored */
     kl_metrics_loop_busy(sh0, 1500 * MS);
@@ -140,6 +143,10 @@ static void test_own_series(void **state)
         s, "keylessd_tls_handshake_failures_total{reason=\"certificate\"} 1");
     mt_assert_line(
         s, "keylessd_tls_handshake_failures_total{reason=\"timeout\"} 0");
+    mt_assert_line(
+        s, "keylessd_log_suppressed_total{kind=\"handshake_failed\"} 2");
+    mt_assert_line(
+        s, "keylessd_log_suppressed_total{kind=\"handshake_timeout\"} 0");
     mt_assert_line(s, "keylessd_queue_depth{class=\"fast\"} 4");
     mt_assert_line(s, "keylessd_queue_depth{class=\"slow\"} 0");
     mt_assert_line(s, "keylessd_queue_depth{class=\"blocking\"} 9");
@@ -341,6 +348,7 @@ static void test_null_slot(void **state)
     kl_metrics_queue_wait(NULL, 0, 1);
     kl_metrics_shed(NULL, KL_SHED_DEADLINE);
     kl_metrics_handshake_failed(NULL, KL_HS_FAIL_OTHER);
+    kl_metrics_log_suppressed(NULL, KL_LOGSUP_HANDSHAKE_FAILED);
     kl_metrics_inflight_add(NULL, 1);
     kl_metrics_conn_move(NULL, KL_MCONN_NONE, KL_MCONN_OPEN);
     kl_metrics_loop_busy(NULL, 1);

@@ -81,17 +81,19 @@ static void test_replace(void **state)
     kl_acl_grant_release(&h); /* the last reference frees the set */
 }
 
-/* A self-signed certificate (DER, malloc'd) whose subject CN is cn. */
-static unsigned char *cert_der(const char *cn, size_t *len)
+/* A self-signed certificate (DER, malloc'd) whose subject CN is the cnlen
+ * bytes at cn, stored as they are with ASN.1 type `type`. */
+static unsigned char *cert_der_raw(const char *cn, int cnlen, int type,
+                                   size_t *len)
 {
     EVP_PKEY *k = EVP_EC_gen("P-256");
     X509 *x = X509_new();
     assert_non_null(k);
     assert_non_null(x);
     X509_NAME *name = X509_NAME_new();
-    assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                                                (const unsigned char *)cn, -1,
-                                                -1, 0),
+    assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", type,
+                                                (const unsigned char *)cn,
+                                                cnlen, -1, 0),
                      1);
     assert_int_equal(X509_set_version(x, 2), 1);
     assert_int_equal(ASN1_INTEGER_set(X509_get_serialNumber(x), 7), 1);
@@ -109,6 +111,48 @@ static unsigned char *cert_der(const char *cn, size_t *len)
     X509_free(x);
     EVP_PKEY_free(k);
     return der;
+}
+
+static unsigned char *cert_der(const char *cn, size_t *len)
+{
+    return cert_der_raw(cn, -1, MBSTRING_ASC, len);
+}
+
+/* Names are compared in full (docs/SECURITY.md): a CN "edge-1\0.attacker"
+ * is not cn:edge-1 (a C-string comparison stopped at the NUL), nor is a
+ * CN "edge-1x"; a CN written as BMPString (UTF-16) is compared as UTF-8.
+ * An entry holding a NUL is refused. */
+static void test_full_length_names(void **state)
+{
+    (void)state;
+    char err[256];
+    kl_acl *a = parse("- {clients: [cn:edge-1], keys: [\"*\"]}\n"
+                      "- {clients: [\"cn:edge-1\\0.attacker\"], "
+                      "keys: [\"*\"]}\n",
+                      err, sizeof err);
+    assert_null(a);
+    assert_non_null(strstr(err, "access.yaml:2"));
+    assert_non_null(strstr(err, "NUL"));
+    a = parse("- {clients: [cn:edge-1], keys: [\"*\"]}\n", err, sizeof err);
+    if (!a)
+        fail_msg("%s", err);
+    static const char nul[] = "edge-1\0.attacker";
+    size_t len;
+    unsigned char *der =
+        cert_der_raw(nul, (int)sizeof nul - 1, V_ASN1_UTF8STRING, &len);
+    assert_int_equal(kl_acl_match_cert(a, der, len), 0);
+    OPENSSL_free(der);
+    der = cert_der_raw("edge-1x", 7, V_ASN1_UTF8STRING, &len);
+    assert_int_equal(kl_acl_match_cert(a, der, len), 0);
+    OPENSSL_free(der);
+    der = cert_der_raw("edge-1", 6, V_ASN1_UTF8STRING, &len);
+    assert_int_equal(kl_acl_match_cert(a, der, len), 1);
+    OPENSSL_free(der);
+    static const char bmp[] = "\0e\0d\0g\0e\0-\0001";
+    der = cert_der_raw(bmp, (int)sizeof bmp - 1, V_ASN1_BMPSTRING, &len);
+    assert_int_equal(kl_acl_match_cert(a, der, len), 1);
+    OPENSSL_free(der);
+    kl_acl_free(a);
 }
 
 /* A key held elsewhere (issue 9) is known by its SKI only: `ski:` and "*"
@@ -218,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_replace),
         cmocka_unit_test(test_allows_ski),
+        cmocka_unit_test(test_full_length_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
