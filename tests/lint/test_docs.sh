@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# What the operator documentation (docs/*.md, README.md, packaging/) says
+# must match what keylessd and its package do: each check below is a
+# statement that once misled a new operator.
+set -uo pipefail
+src=${KL_SRC_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+cd "$src" || exit 1
+nfail=0
+ok() { echo "docs: ok: $*"; }
+bad() {
+    echo "docs: FAIL: $*" >&2
+    nfail=$((nfail + 1))
+}
+# none WHAT PATTERN FILE...: no line of the files matches the (extended,
+# case-insensitive) pattern; the matches are printed otherwise.
+none() {
+    local what=$1 pat=$2 out
+    shift 2
+    if out=$(grep -n -i -E -- "$pat" "$@"); then
+        echo "$out" | sed 's/^/docs:   /' >&2
+        bad "$what"
+    else
+        ok "$what"
+    fi
+}
+
+# Reload works (SIGHUP, systemctl reload): docs/OPERATIONS.md "Signals and
+# reload". Nothing may call it planned or ignored.
+none "no page calls reload planned or ignored" \
+    'reload.*(planned|ignored)|(planned|ignored).*reload' \
+    packaging/debian/README.Debian packaging/man/*.[18] packaging/gokeyless.yaml \
+    README.md docs/OPERATIONS.md
+grep -q '^Reload and stop' packaging/debian/README.Debian &&
+    grep -q 'Signals and reload' packaging/debian/README.Debian &&
+    ok "README.Debian says what a reload does" ||
+    bad "README.Debian lacks its \"Reload and stop\" section"
+
+if [ "$nfail" -gt 0 ]; then
+    echo "docs: $nfail check(s) failed" >&2
+    exit 1
+fi
+echo "docs: all checks passed"
