@@ -36,6 +36,24 @@ grep -q '^Reload and stop' packaging/debian/README.Debian &&
     ok "README.Debian says what a reload does" ||
     bad "README.Debian lacks its \"Reload and stop\" section"
 
+# The package Conflicts: gokeyless. The migration must stop gokeyless
+# before it installs keylessd, keep the reference's files, check with
+# --check before starting, and say how to go back.
+mig=$(sed -n '/^## Migrating from gokeyless/,/^## /p' docs/OPERATIONS.md)
+stop=$(grep -n 'systemctl disable --now gokeyless' <<<"$mig" | head -1 | cut -d: -f1)
+inst=$(grep -n 'apt install .*keylessd' <<<"$mig" | head -1 | cut -d: -f1)
+check=$(grep -n "runuser .*keylessd --check" <<<"$mig" | tail -1 | cut -d: -f1)
+start=$(grep -n 'systemctl enable --now keylessd' <<<"$mig" | head -1 | cut -d: -f1)
+if [ -n "$stop" ] && [ -n "$inst" ] && [ -n "$check" ] && [ -n "$start" ] &&
+    [ "$stop" -lt "$inst" ] && [ "$inst" -lt "$check" ] && [ "$check" -lt "$start" ]; then
+    ok "migration: stop gokeyless, install, --check, start, in that order"
+else
+    bad "migration steps out of order (lines: stop $stop, install $inst, check $check, start $start)"
+fi
+grep -q 'cp -a /etc/keyless' <<<"$mig" && grep -q '^\*\*Rollback' <<<"$mig" &&
+    ok "migration keeps a copy and has a rollback" ||
+    bad "migration lacks the copy of /etc/keyless or the rollback"
+
 if [ "$nfail" -gt 0 ]; then
     echo "docs: $nfail check(s) failed" >&2
     exit 1
