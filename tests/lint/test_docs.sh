@@ -63,6 +63,18 @@ none "ROUTING.md has no plan left in it" \
 grep -q '^## Walkthrough' docs/ROUTING.md && ok "ROUTING.md has a walkthrough" ||
     bad "ROUTING.md has no walkthrough"
 
+# nginx before 1.23.4 (Debian 12 has 1.22) offers TLS 1.3 only when
+# ssl_protocols says so: every nginx example with a key reference in the
+# docs carries the line (docs/PROVIDER.md "Set-up").
+if out=$(awk '/^ *```/ { if (inb && key && !proto) print FILENAME ":" start; inb = !inb; key = proto = 0; start = FNR; next }
+    inb && /ssl_certificate_key/ { key = 1 }
+    inb && /ssl_protocols.*TLSv1\.3/ { proto = 1 }' docs/*.md README.md) && [ -z "$out" ]; then
+    ok "nginx examples set ssl_protocols TLSv1.2 TLSv1.3"
+else
+    echo "$out" | sed 's/^/docs:   nginx block without ssl_protocols TLSv1.3 at /' >&2
+    bad "an nginx example lacks ssl_protocols TLSv1.2 TLSv1.3"
+fi
+
 if [ "$nfail" -gt 0 ]; then
     echo "docs: $nfail check(s) failed" >&2
     exit 1
