@@ -75,6 +75,12 @@ else
     bad "an nginx example lacks ssl_protocols TLSv1.2 TLSv1.3"
 fi
 
+# A minimal Debian has no sudo; runuser (util-linux) is always there.
+none "commands use runuser, not sudo" \
+    'sudo +(\\?-u|keylessd|chown|systemctl)' \
+    docs/*.md README.md packaging/debian/README.Debian packaging/gokeyless.yaml \
+    packaging/man/*.[18]
+
 if [ "$nfail" -gt 0 ]; then
     echo "docs: $nfail check(s) failed" >&2
     exit 1
