@@ -43,6 +43,24 @@ check "sample configuration installed" \
 mode_is "$d/etc/keyless/gokeyless.yaml" 640
 mode_is "$d/etc/keyless/keys" 700
 check "README in the doc directory" test -f "$d/usr/share/doc/keylessd/README.md"
+# Every docs/*.md page, and so every page a shipped page points to.
+for page in "$KL_SRC_DIR"/docs/*.md; do
+    check "docs/$(basename "$page") in the doc directory" \
+        cmp -s "$page" "$d/usr/share/doc/keylessd/$(basename "$page")"
+done
+links_shipped() {
+    local f p missing=0
+    for f in "$d"/usr/share/doc/keylessd/*.md; do
+        for p in $(grep -o -E 'docs/[A-Z]+\.md' "$f" | sort -u); do
+            [ -f "$d/usr/share/doc/keylessd/${p#docs/}" ] || {
+                echo "$T:   $(basename "$f") points to $p, not shipped" >&2
+                missing=1
+            }
+        done
+    done
+    return $missing
+}
+check "every docs/ page a shipped page points to is shipped" links_shipped
 
 # Another prefix: the unit must name that binary.
 o=$tmp/opt
