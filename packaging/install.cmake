@@ -4,7 +4,8 @@
 #   cmake --install BUILD [--prefix P]       (DESTDIR from the environment)
 # Layout, with the prefix P:
 #   P/sbin/keylessd, P/bin/keyless-cli, P/bin/keyless-bench
-#   P/share/man/man8/keylessd.8.gz, man1/keyless-cli.1.gz (keyless-bench.1.gz)
+#   P/share/man/man8/keylessd.8.gz, man1/keyless-cli.1.gz, keyless-bench.1.gz,
+#   keyless-keyref.1.gz
 #   P/share/doc/keylessd/           README.md and every docs/*.md
 #   P/lib/systemd/system/keylessd.service   (ExecStart pointing into P)
 #   /etc/keyless/gokeyless.yaml     0640, never overwritten: an existing file
@@ -32,7 +33,7 @@ endif()
 # Man pages, compressed at build time (gzip -n: no name or time stamp, so
 # the package is reproducible).
 set(KL_MAN_OUT "")
-foreach(page keylessd.8 keyless-cli.1 keyless-bench.1)
+foreach(page keylessd.8 keyless-cli.1 keyless-bench.1 keyless-keyref.1)
   set(src ${CMAKE_CURRENT_SOURCE_DIR}/packaging/man/${page})
   if(NOT EXISTS ${src})
     continue()

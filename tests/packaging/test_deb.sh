@@ -81,6 +81,7 @@ for f in /usr/sbin/keylessd /usr/bin/keyless-cli; do check "$f installed" test -
 check "no keylessd in /usr/bin" test ! -e /usr/bin/keylessd
 check "keylessd --version runs" quiet /usr/sbin/keylessd --version
 for f in /usr/share/man/man8/keylessd.8.gz /usr/share/man/man1/keyless-cli.1.gz \
+    /usr/share/man/man1/keyless-keyref.1.gz \
     /lib/systemd/system/keylessd.service /usr/share/doc/keylessd/README.Debian \
     /usr/share/doc/keylessd/copyright /etc/default/keylessd; do
     check "$f installed" test -f "$f"

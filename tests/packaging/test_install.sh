@@ -28,10 +28,15 @@ if [ -x "$KL_BIN_DIR/keyless-bench" ]; then
     check "keyless-bench in bin" test -x "$d/usr/bin/keyless-bench"
 fi
 check "installed keylessd runs (--version)" quiet "$d/usr/sbin/keylessd" --version
-for page in man8/keylessd.8 man1/keyless-cli.1; do
+for page in man8/keylessd.8 man1/keyless-cli.1 man1/keyless-keyref.1; do
     f=$d/usr/share/man/$page.gz
     check "$page.gz is gzip and renders" sh -c \
         "gzip -t '$f' && zcat '$f' | groff -man -Tutf8 -wall 2>&1 >/dev/null | (! grep .)"
+done
+# Every program installed has its man page.
+for prog in "$d"/usr/bin/* "$d"/usr/sbin/*; do
+    name=$(basename "$prog")
+    check "man page for $name" sh -c "ls '$d'/usr/share/man/man[18]/'$name'.[18].gz >/dev/null 2>&1"
 done
 unit=$d/usr/lib/systemd/system/keylessd.service
 check "unit installed" test -f "$unit"
