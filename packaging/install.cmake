@@ -4,8 +4,9 @@
 #   cmake --install BUILD [--prefix P]       (DESTDIR from the environment)
 # Layout, with the prefix P:
 #   P/sbin/keylessd, P/bin/keyless-cli, P/bin/keyless-bench
-#   P/share/man/man8/keylessd.8.gz, man1/keyless-cli.1.gz (keyless-bench.1.gz)
-#   P/share/doc/keylessd/           README.md, PROTOCOL.md, OPERATIONS.md
+#   P/share/man/man8/keylessd.8.gz, man1/keyless-cli.1.gz, keyless-bench.1.gz,
+#   keyless-keyref.1.gz
+#   P/share/doc/keylessd/           README.md and every docs/*.md
 #   P/share/doc/keylessd/examples/monitoring/  alerting rules, dashboard
 #   P/lib/systemd/system/keylessd.service   (ExecStart pointing into P)
 #   /etc/keyless/gokeyless.yaml     0640, never overwritten: an existing file
@@ -33,7 +34,7 @@ endif()
 # Man pages, compressed at build time (gzip -n: no name or time stamp, so
 # the package is reproducible).
 set(KL_MAN_OUT "")
-foreach(page keylessd.8 keyless-cli.1 keyless-bench.1)
+foreach(page keylessd.8 keyless-cli.1 keyless-bench.1 keyless-keyref.1)
   set(src ${CMAKE_CURRENT_SOURCE_DIR}/packaging/man/${page})
   if(NOT EXISTS ${src})
     continue()
@@ -50,7 +51,11 @@ foreach(page keylessd.8 keyless-cli.1 keyless-bench.1)
 endforeach()
 add_custom_target(man ALL DEPENDS ${KL_MAN_OUT})
 
-install(FILES README.md docs/PROTOCOL.md docs/OPERATIONS.md
+# Every page of docs/: the shipped ones point to each other (OPERATIONS.md
+# to METRICS, ROUTING, SECURITY, PROVIDER, TRACING ...), and README.md to
+# all of them.
+file(GLOB KL_DOC_PAGES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/docs/*.md)
+install(FILES README.md ${KL_DOC_PAGES}
         DESTINATION ${CMAKE_INSTALL_DOCDIR} OPTIONAL)
 
 # The unit names the binary and the configuration directory: both follow

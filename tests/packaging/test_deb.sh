@@ -70,6 +70,10 @@ done
 check "gokeyless.yaml is a conffile" sh -c 'dpkg-deb -e "$1" "$2/ctl" && grep -qx /etc/keyless/gokeyless.yaml "$2/ctl/conffiles"' _ "$deb" "$tmp"
 check "keys/ shipped at 0700" grep -q '^drwx------ root/root .* ./etc/keyless/keys/$' <<<"$contents"
 check "no file owned by the build user" bash -c '! grep -v " root/root " <<<"$1"' _ "$contents"
+for page in README.md "$KL_SRC_DIR"/docs/*.md; do
+    page=$(basename "$page")
+    check "ships $page" grep -q "\./usr/share/doc/keylessd/$page\$" <<<"$contents"
+done
 
 # ---- dpkg -i ----
 check "dpkg -i" sh -c 'DEBIAN_FRONTEND=noninteractive dpkg -i "$1" >"$2/install.log" 2>&1 || { cat "$2/install.log" >&2; exit 1; }' _ "$deb" "$tmp"
@@ -77,6 +81,7 @@ for f in /usr/sbin/keylessd /usr/bin/keyless-cli; do check "$f installed" test -
 check "no keylessd in /usr/bin" test ! -e /usr/bin/keylessd
 check "keylessd --version runs" quiet /usr/sbin/keylessd --version
 for f in /usr/share/man/man8/keylessd.8.gz /usr/share/man/man1/keyless-cli.1.gz \
+    /usr/share/man/man1/keyless-keyref.1.gz \
     /lib/systemd/system/keylessd.service /usr/share/doc/keylessd/README.Debian \
     /usr/share/doc/keylessd/copyright /etc/default/keylessd; do
     check "$f installed" test -f "$f"

@@ -28,10 +28,15 @@ if [ -x "$KL_BIN_DIR/keyless-bench" ]; then
     check "keyless-bench in bin" test -x "$d/usr/bin/keyless-bench"
 fi
 check "installed keylessd runs (--version)" quiet "$d/usr/sbin/keylessd" --version
-for page in man8/keylessd.8 man1/keyless-cli.1; do
+for page in man8/keylessd.8 man1/keyless-cli.1 man1/keyless-keyref.1; do
     f=$d/usr/share/man/$page.gz
     check "$page.gz is gzip and renders" sh -c \
         "gzip -t '$f' && zcat '$f' | groff -man -Tutf8 -wall 2>&1 >/dev/null | (! grep .)"
+done
+# Every program installed has its man page.
+for prog in "$d"/usr/bin/* "$d"/usr/sbin/*; do
+    name=$(basename "$prog")
+    check "man page for $name" sh -c "ls '$d'/usr/share/man/man[18]/'$name'.[18].gz >/dev/null 2>&1"
 done
 unit=$d/usr/lib/systemd/system/keylessd.service
 check "unit installed" test -f "$unit"
@@ -47,6 +52,24 @@ for f in keylessd-alerts.yml keylessd-dashboard.json; do
     check "monitoring example $f installed" \
         cmp -s "$d/usr/share/doc/keylessd/examples/monitoring/$f" "$KL_SRC_DIR/packaging/monitoring/$f"
 done
+# Every docs/*.md page, and so every page a shipped page points to.
+for page in "$KL_SRC_DIR"/docs/*.md; do
+    check "docs/$(basename "$page") in the doc directory" \
+        cmp -s "$page" "$d/usr/share/doc/keylessd/$(basename "$page")"
+done
+links_shipped() {
+    local f p missing=0
+    for f in "$d"/usr/share/doc/keylessd/*.md; do
+        for p in $(grep -o -E 'docs/[A-Z]+\.md' "$f" | sort -u); do
+            [ -f "$d/usr/share/doc/keylessd/${p#docs/}" ] || {
+                echo "$T:   $(basename "$f") points to $p, not shipped" >&2
+                missing=1
+            }
+        done
+    done
+    return $missing
+}
+check "every docs/ page a shipped page points to is shipped" links_shipped
 
 # Another prefix: the unit must name that binary.
 o=$tmp/opt

@@ -69,4 +69,11 @@ done
 # Nothing may write outside /run/keyless: no ReadWritePaths at all.
 if grep -q '^ReadWritePaths=' "$unit"; then bad "unit opens ReadWritePaths"; else ok "no ReadWritePaths"; fi
 
+# The packaged example's pid_file must be writable under this sandbox: in
+# the RuntimeDirectory (the only place the service may write).
+rundir=/run/$(sed -n 's/^RuntimeDirectory=//p' "$unit")
+pidfile=$(sed -n 's/^#\{0,1\}pid_file: *//p' "$KL_SRC_DIR/packaging/gokeyless.yaml")
+check "example pid_file ($pidfile) is in the unit's RuntimeDirectory $rundir" \
+    test "$(dirname "${pidfile:-/nonexistent/x}")" = "$rundir"
+
 finish

@@ -159,6 +159,49 @@ static void test_pin_source(void **state)
     rmdir(dir);
 }
 
+/* Every PKCS#11 URI that docs/OPERATIONS.md gives as an example (a quoted
+ * "pkcs11:..." string) is one keylessd accepts, and together they show
+ * each way to name the module, token, key and PIN. */
+static void test_documented_uris(void **state)
+{
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/docs/OPERATIONS.md", tu_src_dir());
+    char *doc = tu_read_file(path, NULL);
+    assert_non_null(doc);
+    const char *want[] = {
+        "module-path=", "pin-value=", "pin-source=", "token=",       "serial=",
+        "slot-id=",     "object=",    "id=",         "max-sessions="};
+    bool seen[sizeof want / sizeof want[0]] = {false};
+    int n = 0;
+    for (const char *p = doc; (p = strstr(p, "\"pkcs11:")) != NULL;) {
+        p++;
+        const char *end = strchr(p, '"');
+        assert_non_null(end);
+        char uri[1024];
+        assert_true((size_t)(end - p) < sizeof uri);
+        memcpy(uri, p, (size_t)(end - p));
+        uri[end - p] = 0;
+        kl_p11_uri u;
+        char why[256] = "";
+        if (kl_p11_uri_parse(uri, &u, why, sizeof why) != KL_OK)
+            fail_msg("docs/OPERATIONS.md example %s: %s", uri, why);
+        kl_p11_uri_clear(&u);
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+            if (strstr(uri, want[i]))
+                seen[i] = true;
+        n++;
+        p = end;
+    }
+    free(doc);
+    if (n < 3)
+        fail_msg("docs/OPERATIONS.md has %d PKCS#11 URI example(s)", n);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!seen[i])
+            fail_msg("no PKCS#11 URI example in docs/OPERATIONS.md uses %s",
+                     want[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -166,6 +209,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_redact),
         cmocka_unit_test(test_pin_source),
+        cmocka_unit_test(test_documented_uris),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
