@@ -103,6 +103,14 @@ void kl_shard_sync(kl_shard *s)
     }
     kl_res *old_tls = s->tls;
     s->tls = tls;
+    /* docs/SECURITY.md "Revocation and expiry": other client CAs (or
+     * CRLs) than before, so the open connections are verified again -
+     * on this thread, from on_wake (kl_shard_recheck_trust) */
+    if (old_tls && old_tls != tls &&
+        !kl_tls_ctx_same_trust(old_tls->obj, tls->obj)) {
+        s->trust_epoch++;
+        s->trust_recheck = true;
+    }
     kl_res_release(old_tls);
 }
 

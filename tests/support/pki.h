@@ -56,5 +56,12 @@ SSL_CTX *tp_client_resume_ctx(const char *name, int version);
  * days, signed by the test CA; dir holds the extensions file it uses. */
 void tp_issue_server_cert(const char *dir, const char *key, const char *subj,
                           int days, const char *cert);
+/* Issues dir/NAME.crt and dir/NAME.key (a new P-256 key, mode 0600): a
+ * client certificate (clientAuth) with subject CN cn, signed by the test
+ * PKI's CA ca ("ca" or "other-ca": ca.crt and ca.key in tp_dir()), valid
+ * from an hour ago until seconds from now (notAfter to the second). For
+ * tests of certificates that expire while connected. */
+void tp_issue_client_cert(const char *dir, const char *name, const char *cn,
+                          const char *ca, long seconds);
 
 #endif
