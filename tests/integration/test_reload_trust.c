@@ -163,10 +163,11 @@ static double expect_closed(kl_client *c, int ms, const char *what)
     kl_client_result r;
     kl_status st = kl_client_recv(c, ms, &r);
     if (st == KL_OK) {
+        unsigned op = r.opcode;
         kl_client_result_free(&r);
         td_dump_log(&d);
         fail_msg("%s: an answer (opcode 0x%02x) instead of the close", what,
-                 r.opcode);
+                 op);
     }
     if (st == KL_E_TIMEOUT) {
         td_dump_log(&d);
