@@ -7,13 +7,18 @@
  *    keeps its connection and keeps signing;
  *  - a connection whose client certificate's notAfter passes is closed,
  *    idle or not, and a request read after notAfter gets no signature.
+ *  - connections made by resuming a session are verified again from the
+ *    session's certificate: a CA added keeps them, a CA removed closes
+ *    those of its clients (TLS 1.3 and 1.2).
  * Both are counted in keylessd_connections_closed_total{reason} and
  * logged per connection. */
 #include "daemon.h"
+#include "keyless/protocol.h"
 #include "net.h"
 #include "pki.h"
 #include "testutil.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,7 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 /* the delay of every request for the RSA key (--test-delay): long enough
  * to be in flight while the reload runs */
@@ -263,6 +272,134 @@ static void test_ca_removed_at_reload(void **state)
     assert_int_equal(td_stop(&d, 0), 0);
 }
 
+/* ---- resumed sessions: a raw OpenSSL client, so that the sessions are
+ * the test's ---- */
+
+typedef struct rconn {
+    int fd;
+    SSL *ssl;
+} rconn;
+
+static rconn rconnect(SSL_CTX *ctx, SSL_SESSION *sess)
+{
+    rconn r = {.fd = tn_tcp_from(NULL, d.port)};
+    assert_true(r.fd >= 0);
+    /* a bounded wait for every read below */
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(r.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    r.ssl = SSL_new(ctx);
+    SSL_set_fd(r.ssl, r.fd);
+    if (sess)
+        assert_int_equal(SSL_set_session(r.ssl, sess), 1);
+    assert_int_equal(SSL_connect(r.ssl), 1);
+    return r;
+}
+
+/* 1: a pong came back; 0: the server closed the connection; fails the
+ * test when nothing came within 5 s. */
+static int rping(rconn *r)
+{
+    kl_request_spec ping = {.opcode = KL_OP_PING, .id = 91};
+    uint8_t msg[2048], in[2048];
+    size_t len, got = 0;
+    assert_int_equal(kl_request_encode(msg, sizeof msg, &ping, &len), KL_OK);
+    if (SSL_write(r->ssl, msg, (int)len) != (int)len) {
+        ERR_clear_error();
+        return 0;
+    }
+    while (got < KL_HEADER_LEN) {
+        errno = 0;
+        int n = SSL_read(r->ssl, in + got, (int)(sizeof in - got));
+        if (n <= 0) {
+            int e = SSL_get_error(r->ssl, n);
+            ERR_clear_error();
+            if (e == SSL_ERROR_WANT_READ ||
+                (e == SSL_ERROR_SYSCALL && errno == EAGAIN))
+                fail_msg("no answer and no close in 5 s");
+            return 0;
+        }
+        got += (size_t)n;
+    }
+    kl_header h;
+    size_t flen;
+    assert_int_equal(kl_frame_peek(in, got, &h, &flen), KL_OK);
+    assert_int_equal(h.id, 91);
+    return 1;
+}
+
+static void rclose(rconn *r)
+{
+    /* freed without a shutdown, OpenSSL would make its session
+     * unresumable */
+    SSL_set_shutdown(r->ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+    SSL_free(r->ssl);
+    close(r->fd);
+}
+
+/* A connection that resumed a session of ctx's client, served. */
+static rconn resumed(SSL_CTX *ctx)
+{
+    rconn first = rconnect(ctx, NULL);
+    assert_int_equal(rping(&first), 1); /* the TLS 1.3 ticket arrived */
+    SSL_SESSION *s = SSL_get1_session(first.ssl);
+    assert_non_null(s);
+    rclose(&first);
+    rconn r = rconnect(ctx, s);
+    SSL_SESSION_free(s);
+    assert_int_equal(SSL_session_reused(r.ssl), 1);
+    assert_int_equal(rping(&r), 1);
+    return r;
+}
+
+/* Connections made by resuming a session are verified again like the
+ * others: from the session's certificate and chain (no handshake sent
+ * them). A CA added keeps both clients; a CA removed closes its clients'
+ * resumed connections, TLS 1.3 and 1.2. */
+static void test_resumed_connections(void **state)
+{
+    (void)state;
+    char ca[1200];
+    snprintf(ca, sizeof ca, "%s/clients-ca-2.pem", dir);
+    tu_sh("cp %s %s", tp_path("ca.crt"), ca);
+    start("reload-trust-resumed", ca);
+    SSL_CTX *mine13 = tp_client_resume_ctx("client", TLS1_3_VERSION);
+    SSL_CTX *mine12 = tp_client_resume_ctx("client", TLS1_2_VERSION);
+    rconn a13 = resumed(mine13), a12 = resumed(mine12);
+
+    /* other-ca added: a change of trust, everybody still trusted */
+    tu_sh("cat %s %s > %s", tp_path("ca.crt"), tp_path("other-ca.crt"), ca);
+    td_signal(&d, SIGHUP);
+    wait_log("new certificate; generation 2", 1);
+    assert_int_equal(rping(&a13), 1);
+    assert_int_equal(rping(&a12), 1);
+    SSL_CTX *other13 = tp_client_resume_ctx("client-other-ca", TLS1_3_VERSION);
+    SSL_CTX *other12 = tp_client_resume_ctx("client-other-ca", TLS1_2_VERSION);
+    rconn b13 = resumed(other13), b12 = resumed(other12);
+
+    /* other-ca removed again: its resumed connections close, ours stay */
+    tu_sh("cp %s %s", tp_path("ca.crt"), ca);
+    td_signal(&d, SIGHUP);
+    wait_log("new certificate; generation 3", 1);
+    assert_int_equal(rping(&b13), 0);
+    assert_int_equal(rping(&b12), 0);
+    assert_int_equal(rping(&a13), 1);
+    assert_int_equal(rping(&a12), 1);
+    assert_true(
+        metric("keylessd_connections_closed_total{reason=\"untrusted\"}") == 2);
+    assert_int_equal(count_in_log("(client client of another CA): client "
+                                  "certificate no longer trusted"),
+                     2);
+    rclose(&a13);
+    rclose(&a12);
+    rclose(&b13);
+    rclose(&b12);
+    SSL_CTX_free(mine13);
+    SSL_CTX_free(mine12);
+    SSL_CTX_free(other13);
+    SSL_CTX_free(other12);
+    assert_int_equal(td_stop(&d, 0), 0);
+}
+
 /* Seconds from now until the certificate's notAfter (as a wall-clock
  * time_t), from the file. */
 static time_t not_after(const char *crt)
@@ -363,6 +500,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ca_removed_at_reload),
+        cmocka_unit_test(test_resumed_connections),
         cmocka_unit_test(test_certificate_expires_idle),
         cmocka_unit_test(test_request_after_expiry),
     };
