@@ -91,7 +91,9 @@ struct kl_conn {
     uint32_t inflight;
     kl_srv_rjob *routed; /* forwarded requests in flight (routed.c) */
     uint64_t last_req_ns;
-    kl_timer timer; /* handshake deadline, idle timeout or drain deadline */
+    /* handshake deadline, idle timeout or certificate expiry (whichever
+     * first, lifetime.c), or drain deadline */
+    kl_timer timer;
     char addr[INET6_ADDRSTRLEN + 8];
     char peer[96];     /* client certificate name, after the handshake */
     kl_acl_grant acl;  /* access-list rules naming this client (acl.c) */

@@ -18,6 +18,8 @@
  *  - Connections need no pin: an SSL object holds its own reference on the
  *    SSL_CTX it was made from, so connections accepted before a reload keep
  *    the old certificate until they close, and new ones get the new one.
+ *    A new context that trusts other client CAs makes the shard verify
+ *    its open connections' clients again (lifetime.c).
  * The per-thread crypto context cache holds its own EVP_PKEY references
  * (crypto/ctx_cache.h), so it never sees a freed key either. */
 #include <stdlib.h>
