@@ -115,7 +115,8 @@ static const kl_option options[] = {
      .flag = "cloudflare-ca-cert",
      .metavar = "PATH",
      .help = "CA certificate(s) that client certificates must chain to "
-             "(PEM); nothing else is trusted",
+             "(PEM); nothing else is trusted. A reload that changes them "
+             "closes the open connections they no longer trust",
      .flags = KL_OPTF_RELOADABLE,
      .group = G_TLS},
     {.name = "current_time",
@@ -345,8 +346,9 @@ static const kl_option options[] = {
      .env = "KEYLESS_DRAIN_TIMEOUT",
      .flag = "drain-timeout",
      .metavar = "DURATION",
-     .help = "at idle timeout or shutdown, how long in-flight requests may "
-             "finish",
+     .help = "at idle timeout, shutdown or when a client's certificate "
+             "expires or is no longer trusted, how long in-flight requests "
+             "may finish",
      .group = G_LIMITS},
     {.name = "max_queue_time",
      .type = KL_OPT_DURATION,

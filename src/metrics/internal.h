@@ -51,6 +51,7 @@ struct kl_metrics_local {
      * that a scrape never adds a pause in progress to a total that already
      * holds it. pause_start: 0 when accepting. */
     _Atomic uint64_t refused[KL_REFUSE_REASONS];
+    _Atomic uint64_t closed[KL_CLOSE_REASONS];
     _Atomic uint64_t pauses;
     _Atomic uint64_t pause_seq, pause_start, paused_ns;
     _Atomic uint64_t buffered, buffer_budget, read_pauses;
@@ -92,6 +93,7 @@ extern const char *const mx_hs_names[KL_HS_FAIL_REASONS];
 extern const char *const mx_logsup_names[KL_LOGSUP_KINDS];
 extern const char *const mx_conn_names[KL_MCONN_STATES];
 extern const char *const mx_refusal_names[KL_REFUSE_REASONS];
+extern const char *const mx_close_names[KL_CLOSE_REASONS];
 int mx_type_index(uint8_t opcode);
 int mx_err_index(uint8_t err);
 const char *mx_err_label(int err_index);

@@ -57,6 +57,11 @@ const char *const mx_refusal_names[KL_REFUSE_REASONS] = {
     "max_handshaking_per_source",
 };
 
+const char *const mx_close_names[KL_CLOSE_REASONS] = {
+    "untrusted",
+    "cert_expired",
+};
+
 int mx_type_index(uint8_t opcode)
 {
     switch (kl_op_classify(opcode)) {

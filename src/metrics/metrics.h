@@ -83,6 +83,15 @@ typedef enum kl_metrics_refusal {
     KL_REFUSE_REASONS
 } kl_metrics_refusal;
 
+/* Why an established connection was closed by the server's decision about
+ * its client certificate (docs/SECURITY.md "Revocation and expiry"): for
+ * keylessd_connections_closed_total{reason}. */
+typedef enum kl_metrics_close {
+    KL_CLOSE_UNTRUSTED = 0, /* a reload's client CA no longer trusts it */
+    KL_CLOSE_CERT_EXPIRED,  /* its certificate's notAfter passed */
+    KL_CLOSE_REASONS
+} kl_metrics_close;
+
 /* Connection states for keylessd_connections{state}. */
 typedef enum kl_metrics_conn {
     KL_MCONN_NONE = 0,  /* not counted: before accept, after close */
@@ -147,6 +156,10 @@ void kl_metrics_loop_busy(kl_metrics_local *l, uint64_t ns);
 /* keylessd_connections_refused_total{reason}: a socket closed right after
  * accept() by a connection cap. */
 void kl_metrics_conn_refused(kl_metrics_local *l, kl_metrics_refusal r);
+/* keylessd_connections_closed_total{reason}: an established connection is
+ * closed (once its requests in flight are answered) because of its client
+ * certificate. */
+void kl_metrics_conn_closed(kl_metrics_local *l, kl_metrics_close r);
 /* The shard's listener stopped accepting at max_handshaking (paused true)
  * or accepts again (false), at now_ns on CLOCK_MONOTONIC (kl_now_ns). A
  * repeated state is ignored. keylessd_accept_pauses_total counts the

@@ -149,6 +149,12 @@ void kl_metrics_conn_refused(kl_metrics_local *l, kl_metrics_refusal r)
         BUMP(&l->refused[r], 1);
 }
 
+void kl_metrics_conn_closed(kl_metrics_local *l, kl_metrics_close r)
+{
+    if (l && (unsigned)r < KL_CLOSE_REASONS)
+        BUMP(&l->closed[r], 1);
+}
+
 void kl_metrics_accept_paused(kl_metrics_local *l, bool paused, uint64_t now_ns)
 {
     if (!l || (LOAD(&l->pause_start) != 0) == paused)

@@ -26,6 +26,7 @@ typedef struct mx_total {
     int64_t inflight;
     int64_t conns[KL_MCONN_STATES];
     uint64_t refused[KL_REFUSE_REASONS];
+    uint64_t closed[KL_CLOSE_REASONS];
     uint64_t pauses, paused_ns, paused_now;
     uint64_t buffered, buffer_budget, read_pauses;
 } mx_total;
@@ -80,6 +81,8 @@ static void add_slot(mx_total *t, kl_metrics_local *l, uint64_t now)
         t->conns[s] += LOAD(&l->conns[s]);
     for (int r = 0; r < KL_REFUSE_REASONS; r++)
         t->refused[r] += LOAD(&l->refused[r]);
+    for (int r = 0; r < KL_CLOSE_REASONS; r++)
+        t->closed[r] += LOAD(&l->closed[r]);
     t->pauses += LOAD(&l->pauses);
     bool paused;
     t->paused_ns += paused_time(l, now, &paused);
@@ -105,6 +108,12 @@ static void render_backpressure(mx_buf *b, const mx_total *t)
     for (int r = 0; r < KL_REFUSE_REASONS; r++)
         mx_printf(b, "keylessd_connections_refused_total{reason=\"%s\"} %llu\n",
                   mx_refusal_names[r], (unsigned long long)t->refused[r]);
+    mx_family(b, "keylessd_connections_closed_total", "counter",
+              "Established connections closed because of their client "
+              "certificate.");
+    for (int r = 0; r < KL_CLOSE_REASONS; r++)
+        mx_printf(b, "keylessd_connections_closed_total{reason=\"%s\"} %llu\n",
+                  mx_close_names[r], (unsigned long long)t->closed[r]);
     put_u64(b, "keylessd_accept_pauses_total", "counter",
             "Times a shard stopped accepting at max_handshaking.", t->pauses);
     mx_family(b, "keylessd_accept_paused_seconds_total", "counter",

@@ -77,6 +77,7 @@ bool kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
     format_addr(sa, c->addr, sizeof c->addr);
     kl_timer_init(&c->timer, on_timer, c);
     kl_shard_sync(s); /* new connections get the newest certificate */
+    c->trust_epoch = s->trust_epoch; /* ... and client CA (lifetime.c) */
     c->tls = kl_tls_conn_new(kl_shard_tls(s), fd, true, NULL);
     if (!c->tls ||
         kl_watch_start(s->loop, &c->watch, fd, KL_EV_READ, on_event, c) !=
@@ -305,6 +306,10 @@ static void process_frames(kl_conn *c)
         kl_conn_held_sync(c); /* the last request's answer counts */
         if (kl_conn_read_block(c) != KL_CAN_READ)
             break;
+        /* an expired or no longer trusted client certificate: no request
+         * read after that runs (lifetime.c) */
+        if (!kl_conn_lifetime_ok(c, kl_now_ns()))
+            break;
         kl_header hdr;
         size_t flen;
         if (kl_frame_peek(c->in + off, c->in_len - off, &hdr, &flen) != KL_OK)
@@ -458,8 +463,8 @@ static void handshake(kl_conn *c)
                  kl_conn_peer_label(c), kl_tls_version(c->tls),
                  kl_tls_cipher(c->tls));
         c->last_req_ns = kl_loop_now(s->loop);
-        if (kl_timer_at(s->loop, &c->timer,
-                        c->last_req_ns + opts(c)->idle_timeout_ns) != KL_OK) {
+        kl_conn_lifetime_start(c); /* the certificate's expiry */
+        if (kl_timer_at(s->loop, &c->timer, kl_conn_next_due(c)) != KL_OK) {
             kl_conn_close_with(c, KL_LOG_ERROR, "closed", "out of memory");
             return;
         }
@@ -468,6 +473,8 @@ static void handshake(kl_conn *c)
         kl_shard_mark_ready(s, c);
         if (s->draining)
             kl_conn_drain(c);
+        else /* a reload during the handshake changed the client CA */
+            (void)kl_conn_lifetime_ok(c, kl_now_ns());
         break;
     case KL_IO_WANT_READ: c->hs_want = KL_EV_READ; break;
     case KL_IO_WANT_WRITE: c->hs_want = KL_EV_WRITE; break;
@@ -550,8 +557,12 @@ static void on_timer(kl_loop *l, kl_timer *t)
                               "closed", "TLS handshake timed out");
         return;
     case KL_CONN_OPEN: {
+        /* The certificate's expiry (lifetime.c), checked on the clock:
+         * the loop's turn may have started before it. */
+        if (!kl_conn_lifetime_ok(c, kl_now_ns()))
+            return;
         /* Re-armed lazily: requests only move last_req_ns. */
-        uint64_t due = c->last_req_ns + opts(c)->idle_timeout_ns;
+        uint64_t due = kl_conn_next_due(c);
         if (now < due) {
             if (kl_timer_at(l, &c->timer, due) != KL_OK)
                 kl_conn_close(c);

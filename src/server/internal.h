@@ -91,12 +91,22 @@ struct kl_conn {
     uint32_t inflight;
     kl_srv_rjob *routed; /* forwarded requests in flight (routed.c) */
     uint64_t last_req_ns;
-    kl_timer timer; /* handshake deadline, idle timeout or drain deadline */
+    /* handshake deadline, idle timeout or certificate expiry (whichever
+     * first, lifetime.c), or drain deadline */
+    kl_timer timer;
     char addr[INET6_ADDRSTRLEN + 8];
     char peer[96];     /* client certificate name, after the handshake */
     kl_acl_grant acl;  /* access-list rules naming this client (acl.c) */
     kl_src src;        /* its source, for max_handshaking_per_source */
     _Atomic bool gone; /* closed: its queued jobs are not run (pool.h) */
+
+    /* docs/SECURITY.md "Revocation and expiry" (lifetime.c): the client
+     * CA generation its certificate was last verified under (the shard's
+     * trust_epoch), and when that certificate expires: not_after (seconds
+     * since 1970) and expires_ns on the monotonic clock (0: never) */
+    uint32_t trust_epoch;
+    int64_t not_after;
+    uint64_t expires_ns;
 };
 
 /* A crypto job as the server submits it: the pool's job first, then what
@@ -184,6 +194,12 @@ struct kl_shard {
     /* issue 5: bytes held for crypto jobs in flight and output buffers
      * (conn.c), against max_buffered / nshards */
     size_t held;
+
+    /* docs/SECURITY.md "Revocation and expiry": bumped when a reload's
+     * TLS context trusts other client CAs than the one before; recheck:
+     * the open connections are to be verified again (lifetime.c) */
+    uint32_t trust_epoch;
+    bool trust_recheck;
 };
 
 struct kl_server {
@@ -360,6 +376,22 @@ kl_pin *kl_pin_get(kl_shard *s);
 void kl_pin_put(kl_shard *s, kl_pin *p);
 /* Drops everything the shard holds (kl_shard_destroy). */
 void kl_shard_release_res(kl_shard *s);
+
+/* lifetime.c: connections whose client certificate stops being trusted
+ * (docs/SECURITY.md "Revocation and expiry") */
+/* After the handshake: when the client certificate expires. */
+void kl_conn_lifetime_start(kl_conn *c);
+/* When the open connection's timer is due next: its idle timeout or its
+ * certificate's expiry, whichever comes first. */
+uint64_t kl_conn_next_due(const kl_conn *c);
+/* Whether an open connection may go on (at now, kl_now_ns): false when its
+ * certificate expired or a reload's client CA no longer trusts it - it is
+ * then draining (no more requests read; those in flight are answered,
+ * then it closes), logged and counted. */
+bool kl_conn_lifetime_ok(kl_conn *c, uint64_t now);
+/* On the shard's thread after a reload changed the client CA
+ * (s->trust_recheck): verifies every open connection again. */
+void kl_shard_recheck_trust(kl_shard *s);
 
 /* shard.c */
 void kl_shard_mark_ready(kl_shard *s, kl_conn *c);

@@ -18,6 +18,8 @@
  *  - Connections need no pin: an SSL object holds its own reference on the
  *    SSL_CTX it was made from, so connections accepted before a reload keep
  *    the old certificate until they close, and new ones get the new one.
+ *    A new context that trusts other client CAs makes the shard verify
+ *    its open connections' clients again (lifetime.c).
  * The per-thread crypto context cache holds its own EVP_PKEY references
  * (crypto/ctx_cache.h), so it never sees a freed key either. */
 #include <stdlib.h>
@@ -103,6 +105,14 @@ void kl_shard_sync(kl_shard *s)
     }
     kl_res *old_tls = s->tls;
     s->tls = tls;
+    /* docs/SECURITY.md "Revocation and expiry": other client CAs (or
+     * CRLs) than before, so the open connections are verified again -
+     * on this thread, from on_wake (kl_shard_recheck_trust) */
+    if (old_tls && old_tls != tls &&
+        !kl_tls_ctx_same_trust(old_tls->obj, tls->obj)) {
+        s->trust_epoch++;
+        s->trust_recheck = true;
+    }
     kl_res_release(old_tls);
 }
 

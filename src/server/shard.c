@@ -296,6 +296,10 @@ static void on_wake(kl_loop *l, void *arg)
     }
     if (freed)
         wake_blocked_shards(s);
+    /* a reload changed the client CA: verify the open connections again
+     * (lifetime.c), after the completions above were answered */
+    if (s->trust_recheck)
+        kl_shard_recheck_trust(s);
     resume_paused(s);
     resume_accepting(s);
     if (!s->draining && atomic_load(&s->srv->stopping))

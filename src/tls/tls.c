@@ -21,6 +21,9 @@ struct kl_tls_ctx {
     /* SHA-256 of what the context was built from (material_digest):
      * equal digests, equal behaviour towards every peer */
     unsigned char material[32];
+    /* SHA-256 of what decides whether a peer is trusted: the trusted
+     * certificates and CRLs and the verification time (trust_digest) */
+    unsigned char trust[32];
 };
 
 struct kl_tls_conn {
@@ -308,33 +311,18 @@ static int cmp32(const void *a, const void *b)
     return memcmp(a, b, 32);
 }
 
-/* What decides how the context treats a peer, as loaded (not the files'
- * names or times, and read from the context itself, so that a file
- * rewritten between two reads cannot make a stale digest): the options,
- * the own certificate chain (the private key is the one that matches the
- * leaf, checked at load), and every certificate and CRL trusted for peer
- * verification. A reload compares it with the serving context's to keep
- * that context, and so its session cache (kl_tls_ctx_same). Runs before
+/* What decides whether a peer is trusted, as loaded: the verification
+ * time option and every certificate and CRL of the context's store (sorted:
+ * the store's order is OpenSSL's business). Two contexts with the same
+ * digest accept the same peer chains (kl_tls_ctx_same_trust). Runs before
  * the context is shared: no other thread touches its store. */
-static bool material_digest(SSL_CTX *ctx, const kl_tls_opts *o, bool is_server,
-                            unsigned char out[32])
+static bool trust_digest(SSL_CTX *ctx, const kl_tls_opts *o,
+                         unsigned char out[32])
 {
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1;
-    long long opts[] = {
-        is_server,
-        is_server ? o->disable_tls13 : o->tls12_only,
-        o->verify_time,
-        is_server ? session_cache_size(o) : 0,
-    };
-    ok = ok && hash_item(md, opts, sizeof opts);
-    X509 *leaf = SSL_CTX_get0_certificate(ctx);
-    ok = ok && (!leaf || hash_der(md, leaf));
-    STACK_OF(X509) *chain = NULL;
-    if (ok && leaf && SSL_CTX_get0_chain_certs(ctx, &chain) == 1 && chain)
-        for (int i = 0; ok && i < sk_X509_num(chain); i++)
-            ok = hash_der(md, sk_X509_value(chain, i));
-
+    long long vt = o->verify_time;
+    ok = ok && hash_item(md, &vt, sizeof vt);
     STACK_OF(X509_OBJECT) *objs =
         X509_STORE_get0_objects(SSL_CTX_get_cert_store(ctx));
     int n = objs ? sk_X509_OBJECT_num(objs) : 0;
@@ -355,6 +343,38 @@ static bool material_digest(SSL_CTX *ctx, const kl_tls_opts *o, bool is_server,
     for (int i = 0; ok && i < kept; i++)
         ok = EVP_DigestUpdate(md, each[i], 32) == 1;
     free(each);
+    ok = ok && EVP_DigestFinal_ex(md, out, NULL) == 1;
+    EVP_MD_CTX_free(md);
+    return ok;
+}
+
+/* What decides how the context treats a peer, as loaded (not the files'
+ * names or times, and read from the context itself, so that a file
+ * rewritten between two reads cannot make a stale digest): the options,
+ * the own certificate chain (the private key is the one that matches the
+ * leaf, checked at load), and what it trusts (trust, from trust_digest).
+ * A reload compares it with the serving context's to keep that context,
+ * and so its session cache (kl_tls_ctx_same). */
+static bool material_digest(SSL_CTX *ctx, const kl_tls_opts *o, bool is_server,
+                            const unsigned char trust[32],
+                            unsigned char out[32])
+{
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1;
+    long long opts[] = {
+        is_server,
+        is_server ? o->disable_tls13 : o->tls12_only,
+        o->verify_time,
+        is_server ? session_cache_size(o) : 0,
+    };
+    ok = ok && hash_item(md, opts, sizeof opts);
+    X509 *leaf = SSL_CTX_get0_certificate(ctx);
+    ok = ok && (!leaf || hash_der(md, leaf));
+    STACK_OF(X509) *chain = NULL;
+    if (ok && leaf && SSL_CTX_get0_chain_certs(ctx, &chain) == 1 && chain)
+        for (int i = 0; ok && i < sk_X509_num(chain); i++)
+            ok = hash_der(md, sk_X509_value(chain, i));
+    ok = ok && hash_item(md, trust, 32);
     ok = ok && EVP_DigestFinal_ex(md, out, NULL) == 1;
     EVP_MD_CTX_free(md);
     return ok;
@@ -453,7 +473,8 @@ static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
     kl_tls_ctx *t = calloc(1, sizeof *t);
     if (!t)
         goto fail_generic;
-    if (!material_digest(ctx, o, is_server, t->material)) {
+    if (!trust_digest(ctx, o, t->trust) ||
+        !material_digest(ctx, o, is_server, t->trust, t->material)) {
         free(t);
         goto fail_generic;
     }
@@ -484,6 +505,12 @@ bool kl_tls_ctx_same(const kl_tls_ctx *a, const kl_tls_ctx *b)
 {
     return a && b && a->is_server == b->is_server &&
            memcmp(a->material, b->material, sizeof a->material) == 0;
+}
+
+bool kl_tls_ctx_same_trust(const kl_tls_ctx *a, const kl_tls_ctx *b)
+{
+    return a && b && a->is_server == b->is_server &&
+           memcmp(a->trust, b->trust, sizeof a->trust) == 0;
 }
 
 void kl_tls_ctx_free(kl_tls_ctx *ctx)
@@ -683,6 +710,85 @@ size_t kl_tls_peer_cert_der(const kl_tls_conn *c, unsigned char **der)
         memcpy(*der, buf, (size_t)n);
     OPENSSL_free(buf);
     return *der ? (size_t)n : 0;
+}
+
+/* docs/SECURITY.md "Revocation and expiry": the peer's certificate as it
+ * came in the handshake (a resumed session keeps it, and the intermediates
+ * the client sent), verified again as the handshake under ctx verifies it
+ * (ssl_client purpose, the context's verification parameters: purpose,
+ * depth, time, CRL flags). The store is shared with every shard and with
+ * handshakes in progress; OpenSSL locks its lookups. */
+bool kl_tls_conn_reverify(const kl_tls_conn *c, const kl_tls_ctx *ctx,
+                          char *why, size_t len)
+{
+    X509 *leaf = SSL_get0_peer_certificate(c->ssl);
+    if (!leaf) {
+        snprintf(why, len, "no client certificate");
+        return false;
+    }
+    /* on a server, the chain the client sent without its own certificate */
+    STACK_OF(X509) *sent = SSL_get_peer_cert_chain(c->ssl);
+    X509_STORE_CTX *st = X509_STORE_CTX_new();
+    bool ok = false;
+    if (st &&
+        X509_STORE_CTX_init(st, SSL_CTX_get_cert_store(ctx->ssl_ctx), leaf,
+                            sent) == 1 &&
+        X509_STORE_CTX_set_default(st, "ssl_client") == 1 &&
+        X509_VERIFY_PARAM_set1(X509_STORE_CTX_get0_param(st),
+                               SSL_CTX_get0_param(ctx->ssl_ctx)) == 1) {
+        int r = X509_verify_cert(st);
+        ok = r == 1;
+        if (!ok)
+            snprintf(why, len, "%s",
+                     r < 0 ? "certificate verification could not run"
+                           : X509_verify_cert_error_string(
+                                 X509_STORE_CTX_get_error(st)));
+    } else {
+        snprintf(why, len, "out of memory verifying the client certificate");
+    }
+    X509_STORE_CTX_free(st);
+    ERR_clear_error();
+    return ok;
+}
+
+/* Seconds since 1970 of an ASN.1 time; false when it does not parse. */
+static bool asn1_unix(const ASN1_TIME *t, int64_t *out)
+{
+    ASN1_TIME *epoch = ASN1_TIME_set(NULL, 0);
+    int days = 0, secs = 0;
+    bool ok = epoch && t && ASN1_TIME_diff(&days, &secs, epoch, t) == 1;
+    ASN1_TIME_free(epoch);
+    if (ok)
+        *out = (int64_t)days * 86400 + secs;
+    return ok;
+}
+
+bool kl_tls_peer_not_after(const kl_tls_conn *c, int64_t *not_after)
+{
+    /* verified as of a fixed time (verify_time): the handshake's notion
+     * of expiry does not move with the clock, so neither does this one */
+    if (X509_VERIFY_PARAM_get_flags(SSL_get0_param(c->ssl)) &
+        X509_V_FLAG_USE_CHECK_TIME)
+        return false;
+    X509 *leaf = SSL_get0_peer_certificate(c->ssl);
+    if (!leaf)
+        return false;
+    bool found = asn1_unix(X509_get0_notAfter(leaf), not_after);
+    /* the chain the handshake verified (leaf to trust anchor); a resumed
+     * session has none, and then the intermediates the client sent */
+    STACK_OF(X509) *chain = SSL_get0_verified_chain(c->ssl);
+    if (!chain)
+        chain = SSL_get_peer_cert_chain(c->ssl);
+    for (int i = 0; chain && i < sk_X509_num(chain); i++) {
+        int64_t t;
+        if (asn1_unix(X509_get0_notAfter(sk_X509_value(chain, i)), &t) &&
+            (!found || t < *not_after)) {
+            *not_after = t;
+            found = true;
+        }
+    }
+    ERR_clear_error();
+    return found;
 }
 
 const char *kl_tls_version(const kl_tls_conn *c)

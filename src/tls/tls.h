@@ -51,6 +51,13 @@ kl_tls_ctx *kl_tls_client_ctx_new(const kl_tls_opts *o, char *err,
  * Safe from any thread: the digest is fixed at creation. */
 bool kl_tls_ctx_same(const kl_tls_ctx *a, const kl_tls_ctx *b);
 
+/* True when both contexts trust the same peers: the same trusted CA
+ * certificates and CRLs (the loaded DER) and verification time. A reload
+ * that changes it re-verifies the open connections' clients
+ * (kl_tls_conn_reverify; docs/SECURITY.md "Revocation and expiry"). Safe
+ * from any thread: the digest is fixed at creation. */
+bool kl_tls_ctx_same_trust(const kl_tls_ctx *a, const kl_tls_ctx *b);
+
 void kl_tls_ctx_free(kl_tls_ctx *ctx);
 
 /* Results of I/O on a connection. */
@@ -99,6 +106,19 @@ const char *kl_tls_peer_name(const kl_tls_conn *c);
  * it); 0 when there is none. For access lists (server/acl.c), which match
  * subject, SANs and fingerprint without calling SSL_*. */
 size_t kl_tls_peer_cert_der(const kl_tls_conn *c, unsigned char **der);
+/* Verifies the peer certificate of an established connection again, with
+ * the intermediates the peer sent, against ctx's trusted CAs and CRLs and
+ * its verification options, as a handshake under ctx would. true: still
+ * trusted; false: why not (OpenSSL's verification error) in why. Safe
+ * from the connection's thread while other threads use ctx. */
+bool kl_tls_conn_reverify(const kl_tls_conn *c, const kl_tls_ctx *ctx,
+                          char *why, size_t len);
+/* The earliest notAfter (seconds since 1970) of the peer certificate and
+ * the chain it was verified through (for a resumed session: the
+ * certificates the peer sent). false: no peer certificate, or certificates
+ * are verified as of a fixed time (kl_tls_opts.verify_time), so that none
+ * expires while connected. */
+bool kl_tls_peer_not_after(const kl_tls_conn *c, int64_t *not_after);
 /* "TLSv1.2" / "TLSv1.3" and the cipher name, after the handshake. */
 const char *kl_tls_version(const kl_tls_conn *c);
 const char *kl_tls_cipher(const kl_tls_conn *c);

@@ -11,6 +11,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/pem.h>
@@ -234,11 +235,23 @@ void tp_issue_server_cert(const char *dir, const char *key, const char *subj,
           key, subj, tp_path("ca.crt"), tp_path("ca.key"), days, ext, cert);
 }
 
-static void add_ext(X509 *x, X509 *ca, int nid, const char *value)
+static X509 *read_cert(const char *path)
 {
-    X509V3_CTX ctx;
-    X509V3_set_ctx(&ctx, ca, x, NULL, NULL, 0);
-    X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, &ctx, nid, value);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot open %s: %s", path, strerror(errno));
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    if (!x)
+        fail_msg("%s holds no certificate", path);
+    return x;
+}
+
+static void add_ext(X509 *x, X509 *issuer, int nid, const char *value)
+{
+    X509V3_CTX v3;
+    X509V3_set_ctx(&v3, issuer, x, NULL, NULL, 0);
+    X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, &v3, nid, value);
     assert_non_null(e);
     assert_int_equal(X509_add_ext(x, e, -1), 1);
     X509_EXTENSION_free(e);
@@ -321,4 +334,55 @@ void tp_issue_client_raw(const char *dir, const char *name, const char *ca,
     EVP_PKEY_free(key);
     X509_free(cacert);
     EVP_PKEY_free(cakey);
+}
+
+void tp_issue_client_cert(const char *dir, const char *name, const char *cn,
+                          const char *ca, long seconds)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s.crt", ca);
+    X509 *issuer = read_cert(tp_path(rel));
+    snprintf(rel, sizeof rel, "%s.key", ca);
+    FILE *f = fopen(tp_path(rel), "r");
+    assert_non_null(f);
+    EVP_PKEY *ca_key = PEM_read_PrivateKey(f, NULL, NULL, NULL);
+    fclose(f);
+    assert_non_null(ca_key);
+
+    char keyname[256];
+    snprintf(keyname, sizeof keyname, "%s.key", name);
+    EVP_PKEY *pk = tp_genkey(dir, keyname, "EC", "P-256", 0);
+    X509 *x = X509_new();
+    assert_non_null(x);
+    assert_int_equal(X509_set_version(x, 2), 1);
+    /* a serial number of its own, from the clock */
+    assert_int_equal(
+        ASN1_INTEGER_set_int64(X509_get_serialNumber(x), (int64_t)time(NULL)),
+        1);
+    X509_NAME *subj = X509_get_subject_name(x);
+    assert_int_equal(X509_NAME_add_entry_by_txt(subj, "CN", MBSTRING_UTF8,
+                                                (const unsigned char *)cn, -1,
+                                                -1, 0),
+                     1);
+    assert_int_equal(X509_set_issuer_name(x, X509_get_subject_name(issuer)), 1);
+    assert_non_null(X509_gmtime_adj(X509_getm_notBefore(x), -3600));
+    assert_non_null(X509_gmtime_adj(X509_getm_notAfter(x), seconds));
+    assert_int_equal(X509_set_pubkey(x, pk), 1);
+    add_ext(x, issuer, NID_basic_constraints, "critical,CA:FALSE");
+    add_ext(x, issuer, NID_key_usage, "critical,digitalSignature");
+    add_ext(x, issuer, NID_ext_key_usage, "clientAuth");
+    add_ext(x, issuer, NID_subject_key_identifier, "hash");
+    add_ext(x, issuer, NID_authority_key_identifier, "keyid");
+    assert_true(X509_sign(x, ca_key, EVP_sha256()) > 0);
+
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s.crt", dir, name);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(PEM_write_X509(f, x), 1);
+    assert_int_equal(fclose(f), 0);
+    X509_free(x);
+    EVP_PKEY_free(pk);
+    EVP_PKEY_free(ca_key);
+    X509_free(issuer);
 }

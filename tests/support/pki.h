@@ -65,5 +65,12 @@ void tp_issue_server_cert(const char *dir, const char *key, const char *subj,
 void tp_issue_client_raw(const char *dir, const char *name, const char *ca,
                          const void *cn, size_t cnlen, const void *dns,
                          size_t dnslen);
+/* Issues dir/NAME.crt and dir/NAME.key (a new P-256 key, mode 0600): a
+ * client certificate (clientAuth) with subject CN cn, signed by the test
+ * PKI's CA ca ("ca" or "other-ca": ca.crt and ca.key in tp_dir()), valid
+ * from an hour ago until seconds from now (notAfter to the second). For
+ * tests of certificates that expire while connected. */
+void tp_issue_client_cert(const char *dir, const char *name, const char *cn,
+                          const char *ca, long seconds);
 
 #endif

@@ -246,6 +246,11 @@ static void test_backpressure_series(void **state)
         s, "keylessd_connections_refused_total{reason=\"max_connections\"} 0");
     mt_assert_line(s, "keylessd_connections_refused_total{reason=\"max_"
                       "handshaking_per_source\"} 0");
+    mt_assert_line(s, "# TYPE keylessd_connections_closed_total counter");
+    mt_assert_line(s,
+                   "keylessd_connections_closed_total{reason=\"untrusted\"} 0");
+    mt_assert_line(
+        s, "keylessd_connections_closed_total{reason=\"cert_expired\"} 0");
     mt_assert_line(s, "# TYPE keylessd_accept_pauses_total counter");
     mt_assert_line(s, "keylessd_accept_pauses_total 0");
     mt_assert_line(s, "# TYPE keylessd_accept_paused_seconds_total counter");
@@ -264,6 +269,10 @@ static void test_backpressure_series(void **state)
     kl_metrics_conn_refused(sh1, KL_REFUSE_MAX_CONNECTIONS);
     kl_metrics_conn_refused(sh1, KL_REFUSE_HANDSHAKING_PER_SOURCE);
     kl_metrics_conn_refused(sh1, (kl_metrics_refusal)9); /* ignored */
+    kl_metrics_conn_closed(sh0, KL_CLOSE_UNTRUSTED);
+    kl_metrics_conn_closed(sh1, KL_CLOSE_UNTRUSTED);
+    kl_metrics_conn_closed(sh1, KL_CLOSE_CERT_EXPIRED);
+    kl_metrics_conn_closed(sh0, (kl_metrics_close)7); /* ignored */
     /* shard 0: one pause of 1.5 s, its repeated states ignored */
     assert_false(kl_metrics_accept_is_paused(sh0));
     kl_metrics_accept_paused(sh0, true, 1000 * MS);
@@ -287,6 +296,10 @@ static void test_backpressure_series(void **state)
         s, "keylessd_connections_refused_total{reason=\"max_connections\"} 2");
     mt_assert_line(s, "keylessd_connections_refused_total{reason=\"max_"
                       "handshaking_per_source\"} 1");
+    mt_assert_line(s,
+                   "keylessd_connections_closed_total{reason=\"untrusted\"} 2");
+    mt_assert_line(
+        s, "keylessd_connections_closed_total{reason=\"cert_expired\"} 1");
     mt_assert_line(s, "keylessd_accept_pauses_total 2");
     mt_assert_line(s, "keylessd_accept_paused 1");
     double p1 = mt_value(s, "keylessd_accept_paused_seconds_total ");

@@ -104,6 +104,41 @@ static void test_changed_material_differs(void **state)
     assert_false(same(base, (variant){.session_cache = 100}));
 }
 
+static bool same_trust(variant a, variant b)
+{
+    kl_tls_ctx *x = build(a), *y = build(b);
+    bool r = kl_tls_ctx_same_trust(x, y);
+    assert_true(kl_tls_ctx_same_trust(y, x) == r);
+    kl_tls_ctx_free(x);
+    kl_tls_ctx_free(y);
+    return r;
+}
+
+/* kl_tls_ctx_same_trust (docs/SECURITY.md "Revocation and expiry"): a
+ * reload re-verifies the open connections' clients exactly when the
+ * trusted CAs (or the verification time) changed - not for a new own
+ * certificate or other options, which a client's trust does not depend
+ * on. */
+static void test_same_trust(void **state)
+{
+    (void)state;
+    variant base = {0};
+    assert_true(same_trust(base, base));
+    assert_true(same_trust(base, (variant){.ca = "ca-text.pem"}));
+    assert_true(same_trust((variant){.ca = "both.pem"},
+                           (variant){.ca = "both-reversed.pem"}));
+    assert_true(same_trust(base, (variant){.cert = "server2.pem"}));
+    assert_true(same_trust(base, (variant){.no13 = true}));
+    assert_true(same_trust(base, (variant){.session_cache = 100}));
+    /* a CA removed, added or replaced; another verification time */
+    assert_false(same_trust((variant){.ca = "both.pem"}, base));
+    assert_false(same_trust(base, (variant){.ca = "other.pem"}));
+    assert_false(same_trust(base, (variant){.verify_time = 1700000000}));
+    kl_tls_ctx *x = build(base);
+    assert_false(kl_tls_ctx_same_trust(x, NULL));
+    kl_tls_ctx_free(x);
+}
+
 static void test_no_context_is_never_same(void **state)
 {
     (void)state;
@@ -128,6 +163,7 @@ int main(void)
         cmocka_unit_test(test_same_material_is_same),
         cmocka_unit_test(test_changed_material_differs),
         cmocka_unit_test(test_no_context_is_never_same),
+        cmocka_unit_test(test_same_trust),
     };
     return cmocka_run_group_tests(tests, make_pki, tt_remove);
 }
