@@ -233,7 +233,10 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
     char err[512];
     x->http = kl_metrics_http_start(
         x->metrics,
-        &(kl_metrics_http_opts){addr, (uint16_t)cfg->metrics_port, ready, x},
+        &(kl_metrics_http_opts){.address = addr,
+                                .port = (uint16_t)cfg->metrics_port,
+                                .ready = ready,
+                                .ready_arg = x},
         err, sizeof err);
     if (!x->http) {
         /* The reference logs this and goes on serving keys: a key server

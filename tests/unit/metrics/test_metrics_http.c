@@ -24,7 +24,7 @@ static bool ready_fn(void *arg, char *reason, size_t len)
 static kl_metrics_http *start(kl_metrics *m, readiness *r)
 {
     char err[256] = "";
-    kl_metrics_http_opts o = {"127.0.0.1", 0, ready_fn, r};
+    kl_metrics_http_opts o = {"127.0.0.1", 0, ready_fn, r, NULL, NULL};
     kl_metrics_http *h = kl_metrics_http_start(m, &o, err, sizeof err);
     if (!h)
         fail_msg("start: %s", err);
@@ -106,7 +106,7 @@ static void test_no_ready_callback(void **state)
     (void)state;
     kl_metrics *m = kl_metrics_new();
     char err[256];
-    kl_metrics_http_opts o = {"127.0.0.1", 0, NULL, NULL};
+    kl_metrics_http_opts o = {"127.0.0.1", 0, NULL, NULL, NULL, NULL};
     kl_metrics_http *h = kl_metrics_http_start(m, &o, err, sizeof err);
     assert_non_null(h);
     mh_reply rep;
@@ -123,15 +123,15 @@ static void test_start_errors(void **state)
     (void)state;
     kl_metrics *m = kl_metrics_new();
     char err[256] = "";
-    kl_metrics_http_opts bad = {"localhost", 0, NULL, NULL};
+    kl_metrics_http_opts bad = {"localhost", 0, NULL, NULL, NULL, NULL};
     assert_null(kl_metrics_http_start(m, &bad, err, sizeof err));
     assert_non_null(strstr(err, "\"localhost\""));
 
     /* The port is taken: the error names the address and port. */
     readiness r = {true};
     kl_metrics_http *h = start(m, &r);
-    kl_metrics_http_opts dup = {"127.0.0.1", kl_metrics_http_port(h), NULL,
-                                NULL};
+    kl_metrics_http_opts dup = {
+        "127.0.0.1", kl_metrics_http_port(h), NULL, NULL, NULL, NULL};
     err[0] = '\0';
     assert_null(kl_metrics_http_start(m, &dup, err, sizeof err));
     char want[64];
