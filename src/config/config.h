@@ -85,7 +85,7 @@ typedef struct kl_config {
     bool tls13;
     char *config_file;
     char *test_delay;      /* comma list of SKIHEX:MS */
-    char *metrics_address; /* unset or "": listen_address */
+    char *metrics_address; /* "": listen_address */
     /* geo routing (docs/ROUTING.md); router_table unset: no routing */
     char *router_table;
     char *router_cert, *router_key, *router_ca; /* unset: the server's own */

@@ -234,11 +234,14 @@ static const kl_option options[] = {
     {.name = "metrics_address",
      .type = KL_OPT_STRING,
      .offset = F(metrics_address),
+     .def = "127.0.0.1",
      .env = "KEYLESS_METRICS_ADDRESS",
      .flag = "metrics-address",
      .metavar = "ADDR",
-     .help = "IP address of the metrics endpoint (unset: listen_address, "
-             "so 0.0.0.0 by default as in the reference)",
+     .help = "IP address of the metrics endpoint, which needs no "
+             "authentication (docs/METRICS.md); loopback by default, unlike "
+             "the reference (listen_address): set it to the address "
+             "Prometheus and health checks reach. \"\": listen_address",
      .group = G_NET},
     {.name = "pid_file",
      .type = KL_OPT_STRING,
