@@ -243,6 +243,19 @@ static const kl_option options[] = {
              "the reference (listen_address): set it to the address "
              "Prometheus and health checks reach. \"\": listen_address",
      .group = G_NET},
+    {.name = "metrics_identities",
+     .type = KL_OPT_BOOL,
+     .offset = F(metrics_identities),
+     .def = "true",
+     .env = "KEYLESS_METRICS_IDENTITIES",
+     .flag = "metrics-identities",
+     .metavar = "BOOL",
+     .help = "name certificates in /metrics as the reference does (labels "
+             "cn, hostnames, serial_no, and source = the file's path); "
+             "false: those labels are empty and source is the option name "
+             "(auth_cert, ...), the series stay (docs/METRICS.md, Identities "
+             "in the series)",
+     .group = G_NET},
     {.name = "pid_file",
      .type = KL_OPT_STRING,
      .offset = F(pid_file),

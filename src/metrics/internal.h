@@ -73,6 +73,8 @@ struct kl_metrics {
     void *on_scrape_arg;
     mx_cert *certs;
     size_t ncerts;
+    /* false: certificates without cn, hostnames, serial_no (certs.c) */
+    _Atomic bool identities;
     _Atomic uint64_t certs_dropped;
     /* issue 11 (routes.c): the router's and the tracer's figures, as the
      * scrape hook last set them; guarded by lock */

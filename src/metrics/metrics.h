@@ -202,6 +202,17 @@ void kl_metrics_cert_expiry_add(kl_metrics *m, const char *source, X509 *cert);
  * read, KL_E_BAD_VALUE when it holds no certificate. */
 KL_WUR kl_status kl_metrics_cert_expiry_add_file(kl_metrics *m,
                                                  const char *path);
+/* The same with another source label (the option's name instead of the
+ * path, when identities are off). */
+KL_WUR kl_status kl_metrics_cert_expiry_add_file_as(kl_metrics *m,
+                                                    const char *path,
+                                                    const char *source);
+/* metrics_identities (docs/METRICS.md, Identities in the series): with
+ * false, certificates added from then on carry empty cn, hostnames and
+ * serial_no labels, and certificates that then share a label set keep one
+ * series, the earliest notAfter. Set it before adding any. true by
+ * default, as the reference. */
+void kl_metrics_set_identities(kl_metrics *m, bool on);
 /* Removes a source's series (before re-adding it on reload). */
 void kl_metrics_cert_expiry_forget(kl_metrics *m, const char *source);
 

@@ -90,6 +90,7 @@ static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
 bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
 {
     memset(x, 0, sizeof *x);
+    x->identities = cfg->metrics_identities;
     atomic_init(&x->listening, false);
     atomic_init(&x->draining, false);
     atomic_init(&x->keys, 0);
@@ -97,6 +98,8 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
         x->metrics = kl_metrics_new();
         if (!x->metrics)
             kl_error("metrics: out of memory; serving without them");
+        else
+            kl_metrics_set_identities(x->metrics, x->identities);
     }
     if (cfg->tracing_enabled)
         start_tracing(x, cfg);
@@ -244,17 +247,21 @@ static void export_certs(kl_daemon_ext *x, const kl_config *cfg)
     const char *files[3] = {
         cfg->auth_cert, cfg->cloudflare_ca_cert,
         cfg->router_table && *cfg->router_table ? cfg->router_cert : NULL};
+    /* metrics_identities: false names them by option, not by path */
+    static const char *const options[3] = {"auth_cert", "cloudflare_ca_cert",
+                                           "router_cert"};
     for (size_t i = 0; i < 3; i++) {
         const char *f = files[i];
         if (!f || !*f || (i == 2 && !strcmp(f, cfg->auth_cert)))
             continue;
-        if (kl_metrics_cert_expiry_add_file(x->metrics, f) != KL_OK) {
+        const char *src = x->identities ? f : options[i];
+        if (kl_metrics_cert_expiry_add_file_as(x->metrics, f, src) != KL_OK) {
             kl_debug("metrics: no certificate expiry series for %s "
                      "(unreadable or no certificate)",
                      f);
             continue;
         }
-        x->cert_src[i] = strdup(f);
+        x->cert_src[i] = strdup(src);
     }
 }
 

@@ -12,6 +12,7 @@
  *   refused certificate - that one is keylessd_tls_handshake_failures_total
  *   {reason="certificate"} (as in the reference, whose documentation lists
  *   handshake failures as not counted);
+ * - metrics_identities: false leaves CNs, serials and paths out;
  * - /health and /ready, which answers 503 "draining" while the server
  *   drains at SIGTERM; a router with keys of its own is ready while its
  *   only remote is down (/remotes says 503), one without keys is not. */
@@ -416,12 +417,67 @@ static void test_egress_ready_needs_a_route(void **state)
     tp_rmtree(dir);
 }
 
+/* The subject CN of a PEM certificate. */
+static void cert_cn(const char *pem, char *cn, size_t len)
+{
+    FILE *f = fopen(pem, "r");
+    assert_non_null(f);
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    assert_non_null(x);
+    assert_true(X509_NAME_get_text_by_NID(X509_get_subject_name(x),
+                                          NID_commonName, cn, (int)len) > 0);
+    X509_free(x);
+}
+
+/* metrics_identities: false (docs/METRICS.md, Identities in the series):
+ * the certificate series stay, with their expiry, but name no client CN,
+ * SAN, serial number or file path. */
+static void test_without_identities(void **state)
+{
+    (void)state;
+    const char *more[] = {"--metrics-identities=false", NULL};
+    td_daemon d;
+    uint16_t mp;
+    start_with_metrics(&d, "metrics-anon", &mp, more);
+    kl_client *c = td_connect(&d);
+    td_expect_ping(&d, c);
+    char *m = scrape(mp);
+    char cn[256], src[1200];
+    cert_cn(tp_path("client.crt"), cn, sizeof cn);
+    snprintf(src, sizeof src, "cn=\"%s\"", cn);
+    if (strstr(m, src) || strstr(m, tp_path("server.crt")) ||
+        strstr(m, tp_path("ca.crt")) || strstr(m, "serial_no=\"1")) {
+        fprintf(stderr, "%s\n", m);
+        fail_msg("an identity in /metrics with metrics_identities: false");
+    }
+    /* the client's certificate, seen on the accepted connection */
+    snprintf(src, sizeof src,
+             "cn=\"\",hostnames=\"\",serial_no=\"\",server=\"0\",source="
+             "\"listener: 127.0.0.1:%u\"",
+             d.port);
+    double exp =
+        metric_with(m, "certificate_expiration_timestamp_seconds{", src);
+    assert_true(exp == (double)not_after(tp_path("client.crt")));
+    /* the configured ones, by option name */
+    exp = metric_with(m, "certificate_expiration_timestamp_seconds{",
+                      "source=\"auth_cert\"");
+    assert_true(exp == (double)not_after(tp_path("server.crt")));
+    assert_false(
+        isnan(metric_with(m, "certificate_expiration_timestamp_seconds{",
+                          "source=\"cloudflare_ca_cert\"")));
+    free(m);
+    kl_client_close(c);
+    assert_int_equal(td_stop(&d, 0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scrape_after_requests),
         cmocka_unit_test(test_failed_connection_and_refused_client),
         cmocka_unit_test(test_shed_by_reason),
+        cmocka_unit_test(test_without_identities),
         cmocka_unit_test(test_health_and_ready),
         cmocka_unit_test(test_ready_with_remote_down),
         cmocka_unit_test(test_egress_ready_needs_a_route),
