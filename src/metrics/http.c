@@ -81,6 +81,13 @@ struct kl_metrics_http {
     hx_conn conn[HX_SLOTS];
 };
 
+static void count(kl_metrics_http *h, mx_http_close why)
+{
+    if (h->m)
+        atomic_fetch_add_explicit(&h->m->http_closed[why], 1,
+                                  memory_order_relaxed);
+}
+
 static void conn_close(hx_conn *c)
 {
     if (c->fd < 0)
@@ -303,6 +310,7 @@ static hx_conn *slot_for_new(kl_metrics_http *h)
     }
     hx_conn *victim = reading ? reading : answering;
     conn_close(victim);
+    count(h, MX_HTTP_EVICTED);
     h->evicted++;
     uint64_t now = kl_now_ns();
     if (!h->warned_ns || now - h->warned_ns >= HX_WARN_MS * MS_NS) {
@@ -401,8 +409,11 @@ static void *run(void *arg)
         for (size_t i = 0; i < HX_SLOTS; i++) {
             hx_conn *c = &h->conn[i];
             uint64_t limit = (c->answering ? HX_LIFE_MS : HX_HEAD_MS) * MS_NS;
-            if (c->fd >= 0 && now - c->since_ns >= limit)
+            if (c->fd >= 0 && now - c->since_ns >= limit) {
+                count(h, c->answering ? MX_HTTP_ANSWER_TIMEOUT
+                                      : MX_HTTP_HEAD_TIMEOUT);
                 conn_close(c);
+            }
         }
         if (listening && r > 0 && p[1].revents)
             accept_new(h, now);

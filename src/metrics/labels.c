@@ -51,6 +51,12 @@ const char *const mx_refusal_names[KL_REFUSE_REASONS] = {
     "max_handshaking_per_source",
 };
 
+const char *const mx_http_close_names[MX_HTTP_CLOSES] = {
+    "evicted",
+    "head_timeout",
+    "answer_timeout",
+};
+
 int mx_type_index(uint8_t opcode)
 {
     switch (kl_op_classify(opcode)) {

@@ -207,6 +207,12 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
                   "%llu\n",
                   mx_hs_names[r], (unsigned long long)t->hs_fail[r]);
     render_backpressure(b, t);
+    mx_family(b, "keylessd_metrics_http_closed_total", "counter",
+              "Connections the metrics endpoint closed by its own rules.");
+    for (int r = 0; r < MX_HTTP_CLOSES; r++)
+        mx_printf(b, "keylessd_metrics_http_closed_total{reason=\"%s\"} %llu\n",
+                  mx_http_close_names[r],
+                  (unsigned long long)LOAD(&m->http_closed[r]));
 
     put_u64(b, "keylessd_keys_loaded", "gauge", "Private keys loaded.",
             LOAD(&m->keys_loaded));

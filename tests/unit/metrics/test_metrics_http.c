@@ -263,6 +263,13 @@ static void test_listener_rules(void **state)
 
     /* no /remotes without its callback */
     mh_reply rep;
+    /* what the endpoint closed itself: the trickling head */
+    assert_int_equal(mh_request(port, "GET", "/metrics", NULL, &rep), 0);
+    mt_assert_line(rep.body, "keylessd_metrics_http_closed_total{reason="
+                             "\"head_timeout\"} 1");
+    mt_assert_line(rep.body, "keylessd_metrics_http_closed_total{reason="
+                             "\"evicted\"} 0");
+    mh_free(&rep);
     assert_int_equal(mh_request(port, "GET", "/remotes", NULL, &rep), 0);
     assert_int_equal(rep.status, 404);
     mh_free(&rep);
