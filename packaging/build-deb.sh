@@ -62,7 +62,7 @@ chmod 0700 "$root/etc/keyless/keys"
 
 # 3. Depends: computed from the binaries when dpkg-shlibdeps is there (it
 #    wants a debian/control to read), else the libraries this build links.
-depends="libc6, libssl3, libyaml-0-2, libjansson4, libp11-kit0, libmicrohttpd12, libcurl4"
+depends="libc6, libssl3, libyaml-0-2, libjansson4, libp11-kit0, libcurl4"
 if command -v dpkg-shlibdeps >/dev/null; then
     work=$out/shlibdeps
     rm -rf "$work"

@@ -84,8 +84,9 @@ typedef struct kl_config {
     char *access_file; /* access lists (server/acl.h); unset: none */
     bool tls13;
     char *config_file;
-    char *test_delay;      /* comma list of SKIHEX:MS */
-    char *metrics_address; /* unset or "": listen_address */
+    char *test_delay;        /* comma list of SKIHEX:MS */
+    char *metrics_address;   /* "": listen_address */
+    bool metrics_identities; /* false: no CN, SAN, serial, path in labels */
     /* geo routing (docs/ROUTING.md); router_table unset: no routing */
     char *router_table;
     char *router_cert, *router_key, *router_ca; /* unset: the server's own */

@@ -235,11 +235,27 @@ static const kl_option options[] = {
     {.name = "metrics_address",
      .type = KL_OPT_STRING,
      .offset = F(metrics_address),
+     .def = "127.0.0.1",
      .env = "KEYLESS_METRICS_ADDRESS",
      .flag = "metrics-address",
      .metavar = "ADDR",
-     .help = "IP address of the metrics endpoint (unset: listen_address, "
-             "so 0.0.0.0 by default as in the reference)",
+     .help = "IP address of the metrics endpoint, which needs no "
+             "authentication (docs/METRICS.md); loopback by default, unlike "
+             "the reference (listen_address): set it to the address "
+             "Prometheus and health checks reach. \"\": listen_address",
+     .group = G_NET},
+    {.name = "metrics_identities",
+     .type = KL_OPT_BOOL,
+     .offset = F(metrics_identities),
+     .def = "true",
+     .env = "KEYLESS_METRICS_IDENTITIES",
+     .flag = "metrics-identities",
+     .metavar = "BOOL",
+     .help = "name certificates in /metrics as the reference does (labels "
+             "cn, hostnames, serial_no, and source = the file's path); "
+             "false: those labels are empty and source is the option name "
+             "(auth_cert, ...), the series stay (docs/METRICS.md, Identities "
+             "in the series)",
      .group = G_NET},
     {.name = "pid_file",
      .type = KL_OPT_STRING,

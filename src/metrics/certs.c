@@ -119,15 +119,20 @@ static bool has_eku(X509 *c, uint32_t bit)
     return (X509_get_extended_key_usage(c) & (bit | XKU_ANYEKU)) != 0;
 }
 
-static char *render_labels(const char *source, X509 *c)
+/* Without identities (metrics_identities: false) the labels that name the
+ * certificate's holder stay, empty, so queries and alerts written for them
+ * still parse. */
+static char *render_labels(const char *source, X509 *c, bool identities)
 {
     mx_buf b = {0};
-    char *serial = serial_dec(c), *cn = common_name(c);
+    char *serial = identities ? serial_dec(c) : NULL;
+    char *cn = identities ? common_name(c) : NULL;
     mx_printf(&b, "ca=\"%d\",client=\"%d\",cn=\"", is_ca(c),
               has_eku(c, XKU_SSL_CLIENT));
     mx_put_label_value(&b, cn ? cn : "");
     mx_puts(&b, "\",hostnames=\"");
-    dns_names(c, &b);
+    if (identities)
+        dns_names(c, &b);
     mx_puts(&b, "\",serial_no=\"");
     mx_put_label_value(&b, serial ? serial : "");
     mx_printf(&b, "\",server=\"%d\",source=\"", has_eku(c, XKU_SSL_SERVER));
@@ -148,13 +153,18 @@ void kl_metrics_cert_expiry_add(kl_metrics *m, const char *source, X509 *c)
     if (!m || !c || !source || !ASN1_TIME_to_tm(X509_get0_notAfter(c), &tm))
         return;
     long long not_after = (long long)timegm(&tm);
-    char *labels = render_labels(source, c);
+    bool identities = atomic_load(&m->identities);
+    char *labels = render_labels(source, c, identities);
     if (!labels)
         return;
     pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->ncerts; i++)
         if (strcmp(m->certs[i].labels, labels) == 0) {
-            m->certs[i].not_after = not_after;
+            /* with identities, the same certificate; without, several
+             * may share the labels: the series shows the first to
+             * expire */
+            if (identities || not_after < m->certs[i].not_after)
+                m->certs[i].not_after = not_after;
             pthread_mutex_unlock(&m->lock);
             free(labels);
             return;
@@ -176,14 +186,25 @@ void kl_metrics_cert_expiry_add(kl_metrics *m, const char *source, X509 *c)
     free(labels);
 }
 
+void kl_metrics_set_identities(kl_metrics *m, bool on)
+{
+    atomic_store(&m->identities, on);
+}
+
 kl_status kl_metrics_cert_expiry_add_file(kl_metrics *m, const char *path)
+{
+    return kl_metrics_cert_expiry_add_file_as(m, path, path);
+}
+
+kl_status kl_metrics_cert_expiry_add_file_as(kl_metrics *m, const char *path,
+                                             const char *source)
 {
     BIO *bio = BIO_new_file(path, "r");
     KL_ENSURE(bio, KL_E_IO);
     int n = 0;
     X509 *c;
     while ((c = PEM_read_bio_X509(bio, NULL, NULL, NULL))) {
-        kl_metrics_cert_expiry_add(m, path, c);
+        kl_metrics_cert_expiry_add(m, source, c);
         X509_free(c);
         n++;
     }

@@ -62,6 +62,15 @@ struct kl_metrics_local {
 
 typedef struct mx_cert mx_cert; /* certs.c */
 
+/* Why the HTTP endpoint closed a connection itself (http.c; docs/METRICS.md,
+ * The HTTP listener), for keylessd_metrics_http_closed_total{reason}. */
+typedef enum mx_http_close {
+    MX_HTTP_EVICTED = 0,    /* its slot went to a new connection */
+    MX_HTTP_HEAD_TIMEOUT,   /* no complete request head within 2 s */
+    MX_HTTP_ANSWER_TIMEOUT, /* answer not taken within 10 s */
+    MX_HTTP_CLOSES
+} mx_http_close;
+
 struct kl_metrics {
     pthread_mutex_t lock; /* slot list and certificate table */
     kl_metrics_local *locals;
@@ -75,6 +84,10 @@ struct kl_metrics {
     void *on_scrape_arg;
     mx_cert *certs;
     size_t ncerts;
+    /* false: certificates without cn, hostnames, serial_no (certs.c) */
+    _Atomic bool identities;
+    /* connections the HTTP endpoint closed by its rules (http.c) */
+    _Atomic uint64_t http_closed[MX_HTTP_CLOSES];
     _Atomic uint64_t certs_dropped;
     /* issue 11 (routes.c): the router's and the tracer's figures, as the
      * scrape hook last set them; guarded by lock */
@@ -94,6 +107,7 @@ extern const char *const mx_logsup_names[KL_LOGSUP_KINDS];
 extern const char *const mx_conn_names[KL_MCONN_STATES];
 extern const char *const mx_refusal_names[KL_REFUSE_REASONS];
 extern const char *const mx_close_names[KL_CLOSE_REASONS];
+extern const char *const mx_http_close_names[MX_HTTP_CLOSES];
 int mx_type_index(uint8_t opcode);
 int mx_err_index(uint8_t err);
 const char *mx_err_label(int err_index);

@@ -62,6 +62,12 @@ const char *const mx_close_names[KL_CLOSE_REASONS] = {
     "cert_expired",
 };
 
+const char *const mx_http_close_names[MX_HTTP_CLOSES] = {
+    "evicted",
+    "head_timeout",
+    "answer_timeout",
+};
+
 int mx_type_index(uint8_t opcode)
 {
     switch (kl_op_classify(opcode)) {

@@ -19,7 +19,7 @@
  *   per worker thread: l = kl_metrics_local_new(m, -1);
  *   kl_metrics_on_scrape(m, fill_gauges, server);  (queue depths, keys)
  *   kl_metrics_cert_expiry_add_file(m, auth_cert_path); ...
- *   h = kl_metrics_http_start(m, &(kl_metrics_http_opts){"0.0.0.0", 2406,
+ *   h = kl_metrics_http_start(m, &(kl_metrics_http_opts){"127.0.0.1", 2406,
  *                             ready_fn, server}, err, sizeof err);
  *   ... on shutdown: kl_metrics_http_stop(h); join writers; kl_metrics_free(m).
  */
@@ -228,6 +228,17 @@ void kl_metrics_cert_expiry_add(kl_metrics *m, const char *source, X509 *cert);
  * read, KL_E_BAD_VALUE when it holds no certificate. */
 KL_WUR kl_status kl_metrics_cert_expiry_add_file(kl_metrics *m,
                                                  const char *path);
+/* The same with another source label (the option's name instead of the
+ * path, when identities are off). */
+KL_WUR kl_status kl_metrics_cert_expiry_add_file_as(kl_metrics *m,
+                                                    const char *path,
+                                                    const char *source);
+/* metrics_identities (docs/METRICS.md, Identities in the series): with
+ * false, certificates added from then on carry empty cn, hostnames and
+ * serial_no labels, and certificates that then share a label set keep one
+ * series, the earliest notAfter. Set it before adding any. true by
+ * default, as the reference. */
+void kl_metrics_set_identities(kl_metrics *m, bool on);
 /* Removes a source's series (before re-adding it on reload). */
 void kl_metrics_cert_expiry_forget(kl_metrics *m, const char *source);
 
@@ -247,16 +258,21 @@ typedef struct kl_metrics_http kl_metrics_http;
 typedef bool (*kl_metrics_ready_fn)(void *arg, char *reason, size_t len);
 
 typedef struct kl_metrics_http_opts {
-    const char *address;       /* numeric IPv4/IPv6; NULL: "0.0.0.0" */
+    const char *address;       /* numeric IPv4/IPv6; NULL: "127.0.0.1" */
     uint16_t port;             /* 0: an ephemeral port (tests) */
     kl_metrics_ready_fn ready; /* NULL: always ready */
     void *ready_arg;
+    /* /remotes, the same way (true: 200 with what it wrote, or "ok" when
+     * nothing); NULL: no /remotes (404) */
+    kl_metrics_ready_fn remotes;
+    void *remotes_arg;
 } kl_metrics_http_opts;
 
-/* Serves GET/HEAD /metrics, /health (200 "ok" while the process runs) and
- * /ready (200 "ready" or 503 with the reason) on a libmicrohttpd thread of
- * its own, never a shard. Other paths 404, other methods 405. NULL with a
- * message naming the address on failure. */
+/* Serves GET/HEAD /metrics, /health (200 "ok" while the process runs),
+ * /ready (200 "ready" or 503 with the reason) and /remotes on a thread of
+ * its own, never a shard, that stays answerable to probes while clients
+ * misbehave (http.c; docs/METRICS.md, The HTTP listener). Other paths 404,
+ * other methods 405. NULL with a message naming the address on failure. */
 kl_metrics_http *kl_metrics_http_start(kl_metrics *m,
                                        const kl_metrics_http_opts *o, char *err,
                                        size_t errlen);

@@ -22,6 +22,7 @@ kl_metrics *kl_metrics_new(void)
         return NULL;
     }
     atomic_init(&m->reload_ok, -1);
+    atomic_init(&m->identities, true);
     return m;
 }
 

@@ -225,6 +225,12 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
         mx_printf(b, "keylessd_log_suppressed_total{kind=\"%s\"} %llu\n",
                   mx_logsup_names[k], (unsigned long long)t->log_suppressed[k]);
     render_backpressure(b, t);
+    mx_family(b, "keylessd_metrics_http_closed_total", "counter",
+              "Connections the metrics endpoint closed by its own rules.");
+    for (int r = 0; r < MX_HTTP_CLOSES; r++)
+        mx_printf(b, "keylessd_metrics_http_closed_total{reason=\"%s\"} %llu\n",
+                  mx_http_close_names[r],
+                  (unsigned long long)LOAD(&m->http_closed[r]));
 
     put_u64(b, "keylessd_keys_loaded", "gauge", "Private keys loaded.",
             LOAD(&m->keys_loaded));

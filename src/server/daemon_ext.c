@@ -90,6 +90,7 @@ static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
 bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
 {
     memset(x, 0, sizeof *x);
+    x->identities = cfg->metrics_identities;
     atomic_init(&x->listening, false);
     atomic_init(&x->draining, false);
     atomic_init(&x->keys, 0);
@@ -97,6 +98,8 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
         x->metrics = kl_metrics_new();
         if (!x->metrics)
             kl_error("metrics: out of memory; serving without them");
+        else
+            kl_metrics_set_identities(x->metrics, x->identities);
     }
     if (cfg->tracing_enabled)
         start_tracing(x, cfg);
@@ -115,8 +118,27 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
     return true;
 }
 
-/* /ready (runs on the HTTP thread: atomics and the router's thread-safe
- * calls only). */
+/* How many of the routing table's remotes answer their pings (n: how many
+ * it has); thread-safe. */
+static size_t remotes_up(kl_daemon_ext *x, kl_remote_stats *st, size_t cap,
+                         size_t *n)
+{
+    size_t got = kl_router_remote_stats(x->router, st, cap), up = 0;
+    *n = 0;
+    for (size_t i = 0; i < got && i < cap; i++) {
+        *n += st[i].in_table;
+        up += st[i].up && st[i].in_table;
+    }
+    return up;
+}
+
+/* /ready: this server can serve (docs/METRICS.md, Readiness). It listens,
+ * does not drain, and holds keys; the remotes of a routing table do not
+ * count then (a signature for an SKI served here needs none of them; their
+ * health is /remotes and keylessd_route_up). A pure egress keylessd
+ * (routing only, no key) can serve while one remote answers, or when its
+ * table names none. Runs on the HTTP thread: atomics and the router's
+ * thread-safe calls only. */
 static bool ready(void *arg, char *reason, size_t len)
 {
     kl_daemon_ext *x = arg;
@@ -128,25 +150,46 @@ static bool ready(void *arg, char *reason, size_t len)
         snprintf(reason, len, "not listening yet");
         return false;
     }
-    /* A pure egress keylessd (routing only) holds no key and is ready. */
-    if (atomic_load(&x->keys) == 0 && !x->router) {
+    if (atomic_load(&x->keys) > 0)
+        return true;
+    if (!x->router) {
         snprintf(reason, len, "keys not loaded");
         return false;
     }
-    if (x->router) {
-        kl_remote_stats st[64];
-        size_t n = kl_router_remote_stats(x->router, st, 64), up = 0;
-        for (size_t i = 0; i < n && i < 64; i++)
-            up += st[i].up && st[i].in_table;
-        if (n > 0 && up == 0) {
-            snprintf(reason, len,
-                     "no healthy route: none of the %zu remote "
-                     "key servers answers",
-                     n);
-            return false;
-        }
+    kl_remote_stats st[64];
+    size_t n, up = remotes_up(x, st, 64, &n);
+    if (n > 0 && up == 0) {
+        snprintf(reason, len,
+                 "no key loaded and no healthy route: none of the %zu "
+                 "remote key servers answers",
+                 n);
+        return false;
     }
     return true;
+}
+
+/* /remotes (docs/METRICS.md, docs/ROUTING.md): 200 while at least one
+ * remote of the routing table answers its pings, else 503; the body says
+ * how many and lists each (name, region, up or down). HTTP thread. */
+static bool remotes(void *arg, char *out, size_t len)
+{
+    kl_daemon_ext *x = arg;
+    kl_remote_stats st[64];
+    size_t got = kl_router_remote_stats(x->router, st, 64), n = 0, up = 0;
+    for (size_t i = 0; i < got && i < 64; i++) {
+        n += st[i].in_table;
+        up += st[i].up && st[i].in_table;
+    }
+    int w = snprintf(out, len, "%zu of %zu remote key servers up\n", up, n);
+    size_t at = w > 0 && (size_t)w < len ? (size_t)w : len;
+    for (size_t i = 0; i < got && i < 64 && at < len; i++) {
+        if (!st[i].in_table)
+            continue;
+        w = snprintf(out + at, len - at, "%s %s %s\n", st[i].name, st[i].region,
+                     st[i].up ? "up" : "down");
+        at = w > 0 && (size_t)w < len - at ? at + (size_t)w : len;
+    }
+    return up > 0;
 }
 
 /* Sampled gauges, at the start of each scrape (HTTP thread). */
@@ -204,17 +247,21 @@ static void export_certs(kl_daemon_ext *x, const kl_config *cfg)
     const char *files[3] = {
         cfg->auth_cert, cfg->cloudflare_ca_cert,
         cfg->router_table && *cfg->router_table ? cfg->router_cert : NULL};
+    /* metrics_identities: false names them by option, not by path */
+    static const char *const options[3] = {"auth_cert", "cloudflare_ca_cert",
+                                           "router_cert"};
     for (size_t i = 0; i < 3; i++) {
         const char *f = files[i];
         if (!f || !*f || (i == 2 && !strcmp(f, cfg->auth_cert)))
             continue;
-        if (kl_metrics_cert_expiry_add_file(x->metrics, f) != KL_OK) {
+        const char *src = x->identities ? f : options[i];
+        if (kl_metrics_cert_expiry_add_file_as(x->metrics, f, src) != KL_OK) {
             kl_debug("metrics: no certificate expiry series for %s "
                      "(unreadable or no certificate)",
                      f);
             continue;
         }
-        x->cert_src[i] = strdup(f);
+        x->cert_src[i] = strdup(src);
     }
 }
 
@@ -233,7 +280,12 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
     char err[512];
     x->http = kl_metrics_http_start(
         x->metrics,
-        &(kl_metrics_http_opts){addr, (uint16_t)cfg->metrics_port, ready, x},
+        &(kl_metrics_http_opts){.address = addr,
+                                .port = (uint16_t)cfg->metrics_port,
+                                .ready = ready,
+                                .ready_arg = x,
+                                .remotes = x->router ? remotes : NULL,
+                                .remotes_arg = x},
         err, sizeof err);
     if (!x->http) {
         /* The reference logs this and goes on serving keys: a key server
@@ -244,9 +296,9 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
                  err);
         return;
     }
-    kl_info("metrics: http://%s%s%s:%u/metrics (and /health, /ready)",
+    kl_info("metrics: http://%s%s%s:%u/metrics (and /health, /ready%s)",
             strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "",
-            kl_metrics_http_port(x->http));
+            kl_metrics_http_port(x->http), x->router ? ", /remotes" : "");
 }
 
 bool kl_ext_reload_router(kl_daemon_ext *x)

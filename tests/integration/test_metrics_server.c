@@ -12,8 +12,10 @@
  *   refused certificate - that one is keylessd_tls_handshake_failures_total
  *   {reason="certificate"} (as in the reference, whose documentation lists
  *   handshake failures as not counted);
+ * - metrics_identities: false leaves CNs, serials and paths out;
  * - /health and /ready, which answers 503 "draining" while the server
- *   drains at SIGTERM, and 503 while no route of a routing table is up. */
+ *   drains at SIGTERM; a router with keys of its own is ready while its
+ *   only remote is down (/remotes says 503), one without keys is not. */
 #include "test_router_server_common.h"
 #include "net.h"
 
@@ -332,13 +334,14 @@ static void test_health_and_ready(void **state)
     assert_int_equal(td_wait(&d, 10000), 0);
 }
 
-static void test_ready_needs_a_route(void **state)
+/* A keylessd whose routing table's only remote is a closed port, with
+ * its own keys (dir) or none (NULL); the table's directory in *tdir. */
+static void start_routing(td_daemon *d, const char *name, const char *dir,
+                          uint16_t *mp, char **tdir)
 {
-    (void)state;
-    /* a routing table whose only remote is a closed port */
-    char *dir = tp_tempdir("metrics-route");
+    *tdir = tp_tempdir("metrics-route");
     char table[1100], text[512];
-    snprintf(table, sizeof table, "%s/routes.yaml", dir);
+    snprintf(table, sizeof table, "%s/routes.yaml", *tdir);
     uint8_t far[20];
     memset(far, 0x31, sizeof far);
     snprintf(text, sizeof text,
@@ -346,21 +349,126 @@ static void test_ready_needs_a_route(void **state)
              "eu, serves: [%s]}\n",
              tn_free_port(), tp_ski_hex(far));
     fp_write_file(table, text);
-    static char a_table[1200];
+    static char a_table[1200], a_port[64];
     snprintf(a_table, sizeof a_table, "--router-table=%s", table);
-    const char *more[] = {a_table, "--router-ping-interval=100ms", NULL};
+    *mp = tn_free_port();
+    snprintf(a_port, sizeof a_port, "--metrics-port=%u", *mp);
+    const char *flags[] = {"--metrics-address=127.0.0.1", a_table,
+                           "--router-ping-interval=100ms", a_port, NULL};
+    rs_start(d, name, dir, NULL, flags);
+    rs_wait_log(d, "metrics: http://127.0.0.1:", 1, 5000);
+    rs_wait_log(d, "router: remote gone is down", 1, 5000);
+}
+
+/* docs/METRICS.md, Readiness: a router whose only remote is down still
+ * serves its own keys, so it is ready; /remotes and keylessd_route_up say
+ * that the remote is down. */
+static void test_ready_with_remote_down(void **state)
+{
+    (void)state;
     td_daemon d;
     uint16_t mp;
-    start_with_metrics(&d, "metrics-route", &mp, more);
-    rs_wait_log(&d, "router: remote gone is down", 1, 5000);
+    char *dir;
+    start_routing(&d, "metrics-route", keydir, &mp, &dir);
     char *body;
     int status = tn_http_get(mp, "/ready", &body);
-    fprintf(stderr, "no route up: /ready %d %s", status, body);
+    fprintf(stderr, "remote down, keys here: /ready %d %s", status, body);
+    assert_int_equal(status, 200);
+    assert_string_equal(body, "ready\n");
+    free(body);
+    /* and it does serve them */
+    kl_client *c = td_connect(&d);
+    kl_request_spec s = rs_sign_spec(ski);
+    kl_client_result r;
+    td_call(&d, c, &s, &r);
+    assert_int_equal(r.opcode, KL_OP_RESPONSE);
+    kl_client_result_free(&r);
+    kl_client_close(c);
+    /* the remote's health has its own path and series */
+    status = tn_http_get(mp, "/remotes", &body);
+    fprintf(stderr, "/remotes %d %s", status, body);
+    assert_int_equal(status, 503);
+    assert_non_null(strstr(body, "0 of 1 remote key servers up\n"));
+    assert_non_null(strstr(body, "gone eu down\n"));
+    free(body);
+    char *m = scrape(mp);
+    expect_metric(m, "keylessd_route_up{region=\"eu\",route=\"gone\"}", 0);
+    free(m);
+    assert_int_equal(td_stop(&d, 0), 0);
+    tp_rmtree(dir);
+}
+
+/* A pure egress keylessd (no key of its own) can serve nothing while no
+ * remote answers: not ready. */
+static void test_egress_ready_needs_a_route(void **state)
+{
+    (void)state;
+    td_daemon d;
+    uint16_t mp;
+    char *dir;
+    start_routing(&d, "metrics-egress", NULL, &mp, &dir);
+    char *body;
+    int status = tn_http_get(mp, "/ready", &body);
+    fprintf(stderr, "no key, no route up: /ready %d %s", status, body);
     assert_int_equal(status, 503);
     assert_non_null(strstr(body, "no healthy route"));
     free(body);
     assert_int_equal(td_stop(&d, 0), 0);
     tp_rmtree(dir);
+}
+
+/* The subject CN of a PEM certificate. */
+static void cert_cn(const char *pem, char *cn, size_t len)
+{
+    FILE *f = fopen(pem, "r");
+    assert_non_null(f);
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    assert_non_null(x);
+    assert_true(X509_NAME_get_text_by_NID(X509_get_subject_name(x),
+                                          NID_commonName, cn, (int)len) > 0);
+    X509_free(x);
+}
+
+/* metrics_identities: false (docs/METRICS.md, Identities in the series):
+ * the certificate series stay, with their expiry, but name no client CN,
+ * SAN, serial number or file path. */
+static void test_without_identities(void **state)
+{
+    (void)state;
+    const char *more[] = {"--metrics-identities=false", NULL};
+    td_daemon d;
+    uint16_t mp;
+    start_with_metrics(&d, "metrics-anon", &mp, more);
+    kl_client *c = td_connect(&d);
+    td_expect_ping(&d, c);
+    char *m = scrape(mp);
+    char cn[256], src[1200];
+    cert_cn(tp_path("client.crt"), cn, sizeof cn);
+    snprintf(src, sizeof src, "cn=\"%s\"", cn);
+    if (strstr(m, src) || strstr(m, tp_path("server.crt")) ||
+        strstr(m, tp_path("ca.crt")) || strstr(m, "serial_no=\"1")) {
+        fprintf(stderr, "%s\n", m);
+        fail_msg("an identity in /metrics with metrics_identities: false");
+    }
+    /* the client's certificate, seen on the accepted connection */
+    snprintf(src, sizeof src,
+             "cn=\"\",hostnames=\"\",serial_no=\"\",server=\"0\",source="
+             "\"listener: 127.0.0.1:%u\"",
+             d.port);
+    double exp =
+        metric_with(m, "certificate_expiration_timestamp_seconds{", src);
+    assert_true(exp == (double)not_after(tp_path("client.crt")));
+    /* the configured ones, by option name */
+    exp = metric_with(m, "certificate_expiration_timestamp_seconds{",
+                      "source=\"auth_cert\"");
+    assert_true(exp == (double)not_after(tp_path("server.crt")));
+    assert_false(
+        isnan(metric_with(m, "certificate_expiration_timestamp_seconds{",
+                          "source=\"cloudflare_ca_cert\"")));
+    free(m);
+    kl_client_close(c);
+    assert_int_equal(td_stop(&d, 0), 0);
 }
 
 int main(void)
@@ -369,8 +477,10 @@ int main(void)
         cmocka_unit_test(test_scrape_after_requests),
         cmocka_unit_test(test_failed_connection_and_refused_client),
         cmocka_unit_test(test_shed_by_reason),
+        cmocka_unit_test(test_without_identities),
         cmocka_unit_test(test_health_and_ready),
-        cmocka_unit_test(test_ready_needs_a_route),
+        cmocka_unit_test(test_ready_with_remote_down),
+        cmocka_unit_test(test_egress_ready_needs_a_route),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

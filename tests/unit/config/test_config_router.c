@@ -67,7 +67,8 @@ static void test_defaults(void **state)
     assert_int_equal(cfg->router_max_fds, 1024);
     assert_int_equal(cfg->router_max_inflight, 65536);
     assert_int_equal(cfg->metrics_port, 2406);
-    assert_null(cfg->metrics_address); /* listen_address */
+    /* loopback, not listen_address (docs/METRICS.md) */
+    assert_string_equal(cfg->metrics_address, "127.0.0.1");
     kl_config_free(cfg);
 }
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* certificate_expiration_timestamp_seconds: the reference's labels and
  * their formats, from an X509 and from a PEM file; replacement, forgetting,
- * the size bound, and files that hold no certificate. */
+ * the size bound, and files that hold no certificate; without identities
+ * (metrics_identities: false). */
 #include "testutil.h"
 
 #include <openssl/bn.h>
@@ -196,6 +197,48 @@ static void test_bounded(void **state)
     kl_metrics_free(m);
 }
 
+/* metrics_identities: false (docs/METRICS.md, Identities in the series):
+ * no CN, SAN or serial number in the labels, the file's source as given
+ * (the option name), and two certificates with the same remaining labels
+ * share one series showing the first to expire. */
+static void test_without_identities(void **state)
+{
+    (void)state;
+    kl_metrics *m = kl_metrics_new();
+    kl_metrics_set_identities(m, false);
+    X509 *late = make_cert("edge-1.example", "77", "20310101000000Z",
+                           "DNS:edge-1.example", false, "clientAuth");
+    X509 *early = make_cert("edge-2.example", "78", "20300101000000Z",
+                            "DNS:edge-2.example", false, "clientAuth");
+    kl_metrics_cert_expiry_add(m, "listener: 127.0.0.1:2407", late);
+    kl_metrics_cert_expiry_add(m, "listener: 127.0.0.1:2407", early);
+    kl_metrics_cert_expiry_add(m, "listener: 127.0.0.1:2407", late);
+    const char *path = tu_vector_path("certs/ecdsa-p256.crt");
+    assert_int_equal(kl_metrics_cert_expiry_add_file_as(m, path, "auth_cert"),
+                     KL_OK);
+    char *s = mt_scrape(m);
+    mt_assert_line(s, "certificate_expiration_timestamp_seconds{ca=\"0\","
+                      "client=\"1\",cn=\"\",hostnames=\"\",serial_no=\"\","
+                      "server=\"0\",source=\"listener: 127.0.0.1:2407\"} "
+                      "1893456000");
+    mt_assert_line(s, "certificate_expiration_timestamp_seconds{ca=\"0\","
+                      "client=\"0\",cn=\"\",hostnames=\"\",serial_no=\"\","
+                      "server=\"0\",source=\"auth_cert\"} 2111408152");
+    assert_null(strstr(s, "edge-"));
+    assert_null(strstr(s, "localhost"));
+    assert_null(strstr(s, "serial_no=\"7"));
+    assert_null(strstr(s, path));
+    const char *p = s;
+    int n = 0;
+    while ((p = strstr(p, "\ncertificate_expiration_timestamp_seconds{")))
+        n++, p++;
+    assert_int_equal(n, 2);
+    free(s);
+    X509_free(late);
+    X509_free(early);
+    kl_metrics_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -203,6 +246,7 @@ int main(void)
         cmocka_unit_test(test_pem_file),
         cmocka_unit_test(test_names_in_full),
         cmocka_unit_test(test_bounded),
+        cmocka_unit_test(test_without_identities),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
