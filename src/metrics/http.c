@@ -180,8 +180,9 @@ static void check(hx_conn *c, kl_metrics_ready_fn fn, void *arg,
 }
 
 /* The request line of a complete head: method, path (the target up to its
- * query) and version; false when it is not one. */
-static bool request_line(char *head, char **method, char **path)
+ * query) and version; false when it is not one. The head is cut in place
+ * (internal.h; fuzz/fuzz_http_head.c). */
+bool mx_http_request_line(char *head, char **method, char **path)
 {
     char *eol = strpbrk(head, "\r\n");
     if (!eol)
@@ -202,7 +203,7 @@ static bool request_line(char *head, char **method, char **path)
 static void serve(kl_metrics_http *h, hx_conn *c)
 {
     char *method, *path;
-    if (!request_line(c->head, &method, &path)) {
+    if (!mx_http_request_line(c->head, &method, &path)) {
         text(c, 400, "bad request\n", false);
         return;
     }

@@ -108,6 +108,10 @@ extern const char *const mx_conn_names[KL_MCONN_STATES];
 extern const char *const mx_refusal_names[KL_REFUSE_REASONS];
 extern const char *const mx_close_names[KL_CLOSE_REASONS];
 extern const char *const mx_http_close_names[MX_HTTP_CLOSES];
+/* Splits a NUL-terminated HTTP request head's first line into method and
+ * path (query and fragment cut off), in place; false when the line is not
+ * METHOD SP TARGET SP HTTP/1.x (http.c). */
+bool mx_http_request_line(char *head, char **method, char **path);
 int mx_type_index(uint8_t opcode);
 int mx_err_index(uint8_t err);
 const char *mx_err_label(int err_index);
