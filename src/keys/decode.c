@@ -42,6 +42,7 @@ static const struct {
 struct kl_key_decoder {
     EVP_PKEY *result; /* where every context constructs its key */
     OSSL_DECODER_CTX *ctx[FMT_COUNT];
+    kl_pair_cache pair;
 };
 
 kl_key_decoder *kl_key_decoder_new(void)
@@ -55,6 +56,7 @@ void kl_key_decoder_free(kl_key_decoder *d)
         return;
     for (int i = 0; i < FMT_COUNT; i++)
         OSSL_DECODER_CTX_free(d->ctx[i]);
+    kl_pair_cache_free(&d->pair);
     EVP_PKEY_free(d->result);
     OPENSSL_free(d);
 }
@@ -278,6 +280,11 @@ static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
     EVP_PKEY *pkey = d->result;
     d->result = NULL;
     kl_status s = kl_key_check_pkey(pkey, info, why, whylen);
+    /* At every load, not only --check: a public part that is another key's
+     * would file this key under that key's SKI (docs/SECURITY.md "Key
+     * files"). */
+    if (s == KL_OK)
+        s = kl_key_check_pair(&d->pair, pkey, info, why, whylen);
     if (s != KL_OK) {
         EVP_PKEY_free(pkey);
         return s;
@@ -364,6 +371,21 @@ kl_status kl_key_decode_buffer(kl_key_decoder *d, const uint8_t *buf,
     }
     if (s == KL_E_NOT_FOUND)
         return explain_pem(buf, len, why, whylen);
+    /* One key per file (docs/OPERATIONS.md "Key files"): a second key
+     * would otherwise be dropped without a word. */
+    size_t more = 0, nkeys = 0;
+    kl_pem_block other;
+    kl_status t;
+    while ((t = kl_pem_next(buf, len, &more, &other)) != KL_E_NOT_FOUND)
+        if (t == KL_OK && (is_private_label(&other) ||
+                           label_is(&other, "ENCRYPTED PRIVATE KEY")))
+            nkeys++;
+    if (nkeys > 1) {
+        WHY("file holds %zu private keys; keylessd loads one key per file: "
+            "split it into one file per key",
+            nkeys);
+        return KL_E_KEY;
+    }
     if (b.encrypted_header) {
         WHY("%s", encrypted_msg);
         return KL_E_KEY;
