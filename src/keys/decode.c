@@ -281,7 +281,7 @@ static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
     d->result = NULL;
     kl_status s = kl_key_check_pkey(pkey, info, why, whylen);
     /* At every load, not only --check: a public part that is another key's
-     * would file this key under that key's SKI (docs/SECURITY.md "Key
+     * would file this key under that key's SKI (docs/OPERATIONS.md "Key
      * files"). */
     if (s == KL_OK)
         s = kl_key_check_pair(&d->pair, pkey, info, why, whylen);

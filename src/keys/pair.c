@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Does a decoded key's public part belong to its private part (decode.h,
- * docs/SECURITY.md "Key files")? A key file carries both, and OpenSSL's
- * decoders take the public part as written: a file whose public key is
- * another key's would be filed under that other key's SKI. Checked at every
- * load, so the checks must cost little next to the decode itself:
+/* Does a decoded key's public part belong to its private part? (decode.h;
+ * docs/OPERATIONS.md "Key files"; docs/SECURITY.md "Local") A key file
+ * carries both, and OpenSSL's decoders take the public part as written: a
+ * file whose public key is another key's would be filed under that other
+ * key's SKI. Checked at every load, so the checks must cost little next to
+ * the decode itself:
  * EVP_PKEY_pairwise_check proves RSA primes prime (hundreds of ms per
  * key) and EC public keys of full order (a variable-base multiplication);
  * neither is needed to tie the two parts together. What is checked:

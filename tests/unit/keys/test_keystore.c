@@ -739,6 +739,73 @@ static void test_permissions(void **state)
     tk_rmrf(dir);
 }
 
+/* A key directory (or one below it) that group or others can write is
+ * refused like a key file they can read; at reload (skip_bad_keys) only
+ * that directory is skipped. */
+static void test_writable_key_dirs(void **state)
+{
+    (void)state;
+    char *dir = tk_tmpdir();
+    char sub[4200], ok[4200];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(ok, sizeof ok, "%s/tidy", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_int_equal(mkdir(ok, 0700), 0);
+    EVP_PKEY *a = tk_vector_pkey("keys/ecdsa-p256.key");
+    EVP_PKEY *b = tk_vector_pkey("keys/ed25519.key");
+    tk_write_key(sub, "a.key", a, TK_PEM_PKCS8);
+    tk_write_key(ok, "b.key", b, TK_PEM_PKCS8);
+    static const struct {
+        mode_t mode;
+        const char *who;
+    } bad[] = {{0777, "others"},
+               {0770, "its group"},
+               {0720, "its group"},
+               {01777, "others"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (int top = 0; top < 2; top++) {
+            const char *d = top ? dir : sub;
+            assert_int_equal(chmod(d, bad[i].mode), 0);
+            tk_reports r;
+            kl_keystore *ks = tk_store(&r, true, false);
+            assert_int_equal(kl_keystore_add_dir(ks, dir), KL_E_KEY);
+            char want[4400];
+            snprintf(want, sizeof want,
+                     "%s: key directory is writable by %s (mode %03o)", d,
+                     bad[i].who, (unsigned)(bad[i].mode & 0777));
+            if (tk_find(&r, want, "chmod 700") < 0)
+                fail_msg("expected \"%s\", got %d: %s", want, r.n,
+                         r.n ? r.line[0] : "");
+            kl_keystore_free(ks);
+            /* tolerant (reload, --check): the other directory loads */
+            kl_keystore_opts o = {
+                .skip_bad_keys = true, .report = tk_report, .report_arg = &r};
+            memset(&r, 0, sizeof r);
+            ks = kl_keystore_new(&o);
+            kl_status s = kl_keystore_add_dir(ks, dir);
+            assert_int_equal(s, top ? KL_E_KEY : KL_OK);
+            assert_int_equal(kl_keystore_count(ks), top ? 0 : 1);
+            assert_true(tk_find(&r, want, NULL) >= 0);
+            kl_keystore_free(ks);
+            assert_int_equal(chmod(d, 0700), 0);
+        }
+    }
+    static const mode_t good[] = {0700, 0750, 0755, 0500};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(chmod(dir, good[i]), 0);
+        tk_reports r;
+        kl_keystore *ks = tk_store(&r, false, false);
+        assert_int_equal(kl_keystore_add_dir(ks, dir), KL_OK);
+        assert_int_equal(kl_keystore_count(ks), 2);
+        assert_int_equal(r.n, 0);
+        kl_keystore_free(ks);
+    }
+    assert_int_equal(chmod(dir, 0700), 0);
+    EVP_PKEY_free(a);
+    EVP_PKEY_free(b);
+    tk_rmrf(dir);
+}
+
 static void test_missing_and_special_files(void **state)
 {
     (void)state;
@@ -781,6 +848,13 @@ static void test_duplicate_ski(void **state)
     assert_int_equal(r.n, 1);
     assert_int_equal(r.level[0], 2 /* warning */);
     assert_true(tk_find(&r, "b.key: duplicate key", "a.key") >= 0);
+    /* names both files and which one wins */
+    char want[4300];
+    snprintf(want, sizeof want,
+             "is also in %s/a.key, which is loaded first "
+             "and wins; this file is ignored",
+             dir);
+    assert_true(tk_find(&r, "/b.key: duplicate key", want) >= 0);
     assert_true(tk_find(&r, "069386e232beb421876020fe1cf6f810a37b4ef8", NULL) >=
                 0);
     uint8_t ski[KL_SKI_LEN];
@@ -788,6 +862,25 @@ static void test_duplicate_ski(void **state)
         kl_ski_parse("069386e232beb421876020fe1cf6f810a37b4ef8", ski), KL_OK);
     const char *kept = kl_key_path(kl_keystore_find(ks, ski));
     assert_string_equal(kept + strlen(kept) - 5, "a.key");
+    /* two key directories (two dir: access rules): the store listed
+     * first wins, whatever the names */
+    char *d2 = tk_tmpdir(), *d3 = tk_tmpdir();
+    tk_write_key(d2, "z.key", k, TK_PEM_PKCS8);
+    tk_write_key(d3, "a.key", k, TK_PEM_PKCS8);
+    tk_reports r2;
+    kl_keystore *ks2 = tk_store(&r2, false, false);
+    assert_int_equal(kl_keystore_add_dir(ks2, d2), KL_OK);
+    assert_int_equal(kl_keystore_add_dir(ks2, d3), KL_OK);
+    assert_int_equal(r2.n, 1);
+    snprintf(want, sizeof want, "%s/a.key: duplicate key", d3);
+    char wins[4300];
+    snprintf(wins, sizeof wins, "also in %s/z.key, which is loaded first", d2);
+    assert_true(tk_find(&r2, want, wins) >= 0);
+    kept = kl_key_path(kl_keystore_find(ks2, ski));
+    assert_string_equal(kept + strlen(kept) - 5, "z.key");
+    kl_keystore_free(ks2);
+    tk_rmrf(d2);
+    tk_rmrf(d3);
     /* add_pkey of the same key: also a duplicate, also kept once */
     assert_int_equal(kl_keystore_add_pkey(ks, k, "again"), KL_OK);
     assert_int_equal(kl_keystore_count(ks), 1);
@@ -972,6 +1065,7 @@ int main(void)
         cmocka_unit_test(test_refuses_zero_scalar),
         cmocka_unit_test(test_refuses_several_keys_in_a_file),
         cmocka_unit_test(test_permissions),
+        cmocka_unit_test(test_writable_key_dirs),
         cmocka_unit_test(test_missing_and_special_files),
         cmocka_unit_test(test_duplicate_ski),
         cmocka_unit_test(test_recursive_dirs_and_check_mode),
