@@ -230,6 +230,24 @@ kl_status kl_key_check_public(EVP_PKEY *pkey, kl_key_info *info, char *why,
 
 /* ---- DER ---------------------------------------------------------------- */
 
+/* Length of the DER object (tag, length, contents) at p, or 0. */
+static size_t der_object_len(const uint8_t *p, size_t n)
+{
+    if (n < 2)
+        return 0;
+    size_t len = p[1], hdr = 2;
+    if (p[1] & 0x80) {
+        size_t nb = p[1] & 0x7f;
+        if (nb == 0 || nb > 4 || n < 2 + nb)
+            return 0;
+        len = 0;
+        for (size_t i = 0; i < nb; i++)
+            len = len << 8 | p[2 + i];
+        hdr += nb;
+    }
+    return len <= n - hdr ? hdr + len : 0;
+}
+
 static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
                             EVP_PKEY **out, kl_key_info *info, char *why,
                             size_t whylen)
@@ -279,6 +297,27 @@ static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
     }
     EVP_PKEY *pkey = d->result;
     d->result = NULL;
+    /* DER keys concatenated: the decoder took the first; one key per file
+     * (docs/OPERATIONS.md "Key files"), as for PEM. */
+    size_t used = len - left, nkeys = 1;
+    while (left > 0) {
+        const uint8_t *o = NULL;
+        size_t olen = 0, one = der_object_len(der + used, len - used);
+        kl_der_kind k = kl_der_classify(der + used, one, &o, &olen);
+        if (one == 0 || (k != KL_DER_PKCS8 && k != KL_DER_PKCS8_ENCRYPTED &&
+                         k != KL_DER_SEC1_PRIVATE && k != KL_DER_PKCS1_PRIVATE))
+            break;
+        nkeys++;
+        used += one;
+        left -= one;
+    }
+    if (nkeys > 1) {
+        EVP_PKEY_free(pkey);
+        WHY("file holds %zu private keys; keylessd loads one key per file: "
+            "split it into one file per key",
+            nkeys);
+        return KL_E_KEY;
+    }
     kl_status s = kl_key_check_pkey(pkey, info, why, whylen);
     /* At every load, not only --check: a public part that is another key's
      * would file this key under that key's SKI (docs/OPERATIONS.md "Key

@@ -36,7 +36,8 @@ void kl_key_decoder_free(kl_key_decoder *d);
 
 /* Decodes one private key from a whole file's bytes: PEM (exactly one
  * private key block; certificates and parameters beside it are skipped, a
- * second private key refuses the file) or DER; PKCS#8, PKCS#1 or SEC1.
+ * second private key refuses the file) or DER (likewise one key: keys
+ * written one after the other refuse the file); PKCS#8, PKCS#1 or SEC1.
  * The result is checked with kl_key_check_pkey, then kl_key_check_pair
  * (docs/OPERATIONS.md "Key files"). On failure returns KL_E_KEY
  * (or KL_E_NOMEM) and writes a one-line reason into why (never key bytes). */

@@ -692,6 +692,20 @@ static void test_refuses_several_keys_in_a_file(void **state)
     memcpy(all + na + nc + nb, pa, na); /* even the same key twice */
     expect_refused(ks, &r, dir, all, na + nc + nb + na, "holds 3 private keys");
     assert_int_equal(kl_keystore_count(ks), 0);
+    /* DER keys one after the other */
+    free(pa);
+    free(pb);
+    pa = tk_encode(a, TK_DER_PKCS8, &na);
+    pb = tk_encode(b, TK_DER_TRAD, &nb);
+    memcpy(all, pa, na);
+    memcpy(all + na, pb, nb);
+    expect_refused(ks, &r, dir, all, na + nb, "file holds 2 private keys");
+    /* a DER key with a stray newline after it still loads */
+    memcpy(all + na, "\n", 1);
+    r.n = 0;
+    assert_int_equal(
+        kl_keystore_add_file(ks, tk_write(dir, "nl.key", all, na + 1, 0600)),
+        KL_OK);
     free(all);
     free(cert);
     free(pa);
