@@ -13,6 +13,7 @@
  *        primes, (2^d)^e = 2 mod n.
  *   EC: 0 < d < order, and d*G is the public point.
  *   Ed25519: the public key derived from the private one is the key's. */
+#include <stdbool.h>
 #include <string.h>
 
 #include <openssl/bn.h>
@@ -107,7 +108,11 @@ static const char *rsa_check(EVP_PKEY *pkey, BN_CTX *ctx)
         goto out;
     while (k < MAX_PRIMES && (r[k] = param_bn(ps, "rsa-factor", k + 1)))
         k++;
-    if (k == 0) {
+    /* PKCS#1 written by tools that know only n, e and d: primes of 0 */
+    bool zeros = true;
+    for (int i = 0; i < k; i++)
+        zeros = zeros && BN_is_zero(r[i]);
+    if (k == 0 || zeros) {
         bad = rsa_no_primes(n, e, d, ctx);
         goto out;
     }

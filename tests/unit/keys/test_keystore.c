@@ -625,6 +625,80 @@ static void test_refuses_mismatched_pairs(void **state)
     tk_rmrf(dir);
 }
 
+/* DER of a non-negative INTEGER (len < 64 KiB) at p; returns its size. */
+static size_t der_int(uint8_t *p, const BIGNUM *bn)
+{
+    int nb = BN_num_bytes(bn);
+    size_t pad = BN_is_zero(bn) || BN_num_bits(bn) % 8 == 0 ? 1 : 0;
+    size_t len = (size_t)nb + pad, off = 0;
+    p[off++] = 0x02;
+    if (len < 128) {
+        p[off++] = (uint8_t)len;
+    } else {
+        p[off++] = 0x82;
+        p[off++] = (uint8_t)(len >> 8);
+        p[off++] = (uint8_t)len;
+    }
+    if (pad)
+        p[off++] = 0;
+    off += (size_t)BN_bn2bin(bn, p + off);
+    return off;
+}
+
+/* PKCS#1 RSAPrivateKey with n and e of one key, d of another (or the same),
+ * and every prime and CRT value 0: what tools that know only n, e and d
+ * write. OpenSSL cannot encode such a key itself. */
+static uint8_t *rsa_ned_der(EVP_PKEY *from, EVP_PKEY *d_from, size_t *len)
+{
+    BIGNUM *n = NULL, *e = NULL, *d = NULL, *zero = BN_new();
+    assert_true(EVP_PKEY_get_bn_param(from, OSSL_PKEY_PARAM_RSA_N, &n));
+    assert_true(EVP_PKEY_get_bn_param(from, OSSL_PKEY_PARAM_RSA_E, &e));
+    assert_true(EVP_PKEY_get_bn_param(d_from, OSSL_PKEY_PARAM_RSA_D, &d));
+    uint8_t body[2048];
+    size_t m = der_int(body, zero);
+    m += der_int(body + m, n);
+    m += der_int(body + m, e);
+    m += der_int(body + m, d);
+    for (int i = 0; i < 5; i++)
+        m += der_int(body + m, zero);
+    uint8_t *der = malloc(m + 4);
+    assert_non_null(der);
+    der[0] = 0x30;
+    der[1] = 0x82;
+    der[2] = (uint8_t)(m >> 8);
+    der[3] = (uint8_t)m;
+    memcpy(der + 4, body, m);
+    *len = m + 4;
+    BN_free(n), BN_free(e), BN_clear_free(d), BN_free(zero);
+    return der;
+}
+
+/* An RSA key known only by n, e and d is checked by a round trip through d
+ * and e: loaded when whole, refused when its d is another key's. */
+static void test_rsa_without_primes(void **state)
+{
+    (void)state;
+    char *dir = tk_tmpdir();
+    EVP_PKEY *a = tk_vector_pkey("keys/rsa-2048.key");
+    EVP_PKEY *b = tk_vector_pkey("reference-keys/rsa.key");
+    size_t n;
+    uint8_t *der = rsa_ned_der(a, a, &n);
+    tk_reports r;
+    kl_keystore *ks = tk_store(&r, false, false);
+    const char *p = tk_write(dir, "ned.key", der, n, 0600);
+    if (kl_keystore_add_file(ks, p) != KL_OK)
+        fail_msg("n, e, d key refused: %s", r.line[0]);
+    expect_ski_of(ks, a, true);
+    free(der);
+    der = rsa_ned_der(a, b, &n);
+    expect_refused(ks, &r, dir, der, n, "e and d are not inverses");
+    free(der);
+    kl_keystore_free(ks);
+    EVP_PKEY_free(a);
+    EVP_PKEY_free(b);
+    tk_rmrf(dir);
+}
+
 /* The fuzz_keyfile finding (fuzz/corpus/keyfile/ecdsa-p256-zero-scalar.der):
  * a SEC1 P-256 key whose scalar is all zeros. Its public key is the point
  * at infinity, which has no SKI; it is refused as invalid, not aborted on
@@ -1076,6 +1150,7 @@ int main(void)
         cmocka_unit_test(test_refuses_unsupported_keys),
         cmocka_unit_test(test_refuses_garbage),
         cmocka_unit_test(test_refuses_mismatched_pairs),
+        cmocka_unit_test(test_rsa_without_primes),
         cmocka_unit_test(test_refuses_zero_scalar),
         cmocka_unit_test(test_refuses_several_keys_in_a_file),
         cmocka_unit_test(test_permissions),
