@@ -278,13 +278,31 @@ static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
         WHY("cannot set up the OpenSSL decoder");
         return KL_E_NOMEM;
     }
-    const unsigned char *p = der;
-    size_t left = len;
+    /* An Ed25519 PKCS#8 v2 file carries its public key too: OpenSSL 3.0
+     * decodes only v1, and the public key is checked below. */
+    uint8_t *v1 = NULL;
+    size_t v1_len = 0, v2_pub_len = 0;
+    const uint8_t *v2_pub = NULL;
+    if (fmt == FMT_P8_ED25519) {
+        if (!(v1 = OPENSSL_malloc(len))) {
+            WHY("out of memory");
+            return KL_E_NOMEM;
+        }
+        if (kl_der_p8_v2_split(der, len, v1, &v1_len, &v2_pub, &v2_pub_len) !=
+            KL_OK) {
+            OPENSSL_free(v1);
+            v1 = NULL;
+        }
+    }
+    const unsigned char *p = v1 ? v1 : der;
+    size_t left = v1 ? v1_len : len;
     EVP_PKEY_free(d->result);
     d->result = NULL;
     int ok = OSSL_DECODER_from_data(ctx, &p, &left) && d->result != NULL;
     unsigned long e = ERR_peek_last_error();
     ERR_clear_error();
+    if (v1)
+        OPENSSL_clear_free(v1, len);
     if (!ok) {
         if (fmt == FMT_DER_ANY) {
             WHY("not a PEM or DER private key");
@@ -299,8 +317,8 @@ static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
     d->result = NULL;
     /* DER keys concatenated: the decoder took the first; one key per file
      * (docs/OPERATIONS.md "Key files"), as for PEM. */
-    size_t used = len - left, nkeys = 1;
-    while (left > 0) {
+    size_t used = v1 ? der_object_len(der, len) : len - left, nkeys = 1;
+    while (used > 0 && used < len) {
         const uint8_t *o = NULL;
         size_t olen = 0, one = der_object_len(der + used, len - used);
         kl_der_kind k = kl_der_classify(der + used, one, &o, &olen);
@@ -309,7 +327,6 @@ static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
             break;
         nkeys++;
         used += one;
-        left -= one;
     }
     if (nkeys > 1) {
         EVP_PKEY_free(pkey);
@@ -324,6 +341,19 @@ static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
      * files"). */
     if (s == KL_OK)
         s = kl_key_check_pair(&d->pair, pkey, info, why, whylen);
+    if (s == KL_OK && v2_pub) {
+        uint8_t raw[32];
+        size_t raw_len = sizeof raw;
+        if (EVP_PKEY_get_raw_public_key(pkey, raw, &raw_len) != 1 ||
+            raw_len != v2_pub_len || memcmp(raw, v2_pub, raw_len) != 0) {
+            ERR_clear_error();
+            WHY("the private and public parts of the key do not match (the "
+                "public key in the file is not the one of its private key): "
+                "the file is corrupt or was pieced together from two keys; "
+                "export the key again from its source");
+            s = KL_E_KEY;
+        }
+    }
     if (s != KL_OK) {
         EVP_PKEY_free(pkey);
         return s;

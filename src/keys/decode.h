@@ -95,6 +95,15 @@ typedef enum kl_der_kind {
 kl_der_kind kl_der_classify(const uint8_t *der, size_t len, const uint8_t **oid,
                             size_t *oid_len);
 
+/* A PKCS#8 v2 key (RFC 5958 OneAsymmetricKey: version 1, with its [1]
+ * publicKey, as some Ed25519 tools write it), which OpenSSL 3.0 does not
+ * decode: writes the same key as v1 (version 0, no publicKey) into out,
+ * which has room for len bytes, and points pub at the public key the file
+ * carries, for the pair check. KL_E_NOT_FOUND when der is not such a key. */
+KL_WUR kl_status kl_der_p8_v2_split(const uint8_t *der, size_t len,
+                                    uint8_t *out, size_t *out_len,
+                                    const uint8_t **pub, size_t *pub_len);
+
 /* One PEM block found in a buffer. */
 typedef struct kl_pem_block {
     char label[64];      /* "PRIVATE KEY", "EC PRIVATE KEY", ... */

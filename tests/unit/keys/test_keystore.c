@@ -576,17 +576,30 @@ static void test_refuses_mismatched_pairs(void **state)
     OSSL_PARAM_free(pa);
     EVP_PKEY_free(a);
 
-    /* Ed25519: a v2 file whose public key is another key's */
+    /* Ed25519: a PKCS#8 v2 file (RFC 8410, with its public key) whose
+     * public key is another key's, in DER and PEM */
     EVP_PKEY *ea = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
     EVP_PKEY *eb = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
     size_t n;
     uint8_t *der = ed25519_v2(ea, eb, &n);
-    r.n = 0;
-    const char *p = tk_write(dir, "ed.key", der, n, 0600);
-    assert_int_equal(kl_keystore_add_file(ks, p), KL_E_KEY);
-    assert_true(tk_find(&r, p, NULL) >= 0);
+    expect_refused(ks, &r, dir, der, n,
+                   "the private and public parts of the key do not match");
+    BIO *bio = BIO_new(BIO_s_mem());
+    assert_true(PEM_write_bio(bio, "PRIVATE KEY", "", der, (long)n));
+    size_t pn;
+    uint8_t *pem = tk_bio_take(bio, &pn);
+    expect_refused(ks, &r, dir, pem, pn, "do not match");
+    free(pem);
     expect_ski_of(ks, eb, false);
     expect_ski_of(ks, ea, false);
+    free(der);
+    /* the genuine v2 file loads, under its own SKI */
+    der = ed25519_v2(ea, ea, &n);
+    r.n = 0;
+    const char *p = tk_write(dir, "ed.key", der, n, 0600);
+    if (kl_keystore_add_file(ks, p) != KL_OK)
+        fail_msg("Ed25519 PKCS#8 v2 refused: %s", r.line[0]);
+    expect_ski_of(ks, ea, true);
     free(der);
     EVP_PKEY_free(ea);
     EVP_PKEY_free(eb);
