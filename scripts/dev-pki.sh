@@ -103,6 +103,12 @@ for k in keys/*.key; do
     fi
 done
 
+# keylessd refuses private keys that group or others can read and key
+# directories they can write (docs/OPERATIONS.md "Key files"): a state
+# folder from before, or copied with another umask, is put right.
+chmod 600 ./*.key keys/*.key
+chmod 700 keys
+
 if [ $extras -eq 1 ]; then
     make_ca other-ca "unrelated CA"
     leaf client-other-ca other-ca "client of another CA" clientAuth

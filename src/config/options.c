@@ -168,7 +168,9 @@ static const kl_option options[] = {
      .env = "KEYLESS_ALLOW_GROUP_READABLE_KEYS",
      .flag = "allow-group-readable-keys",
      .metavar = "BOOL",
-     .help = "accept key files that group or others can read",
+     .help = "accept key files, and auth_key, that group or others can "
+             "read (key directories that group or others can write are "
+             "refused regardless)",
      .flags = KL_OPTF_RELOADABLE,
      .group = G_KEYS},
     {.name = "watch_key_dirs",

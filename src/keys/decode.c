@@ -42,6 +42,7 @@ static const struct {
 struct kl_key_decoder {
     EVP_PKEY *result; /* where every context constructs its key */
     OSSL_DECODER_CTX *ctx[FMT_COUNT];
+    kl_pair_cache pair;
 };
 
 kl_key_decoder *kl_key_decoder_new(void)
@@ -55,6 +56,7 @@ void kl_key_decoder_free(kl_key_decoder *d)
         return;
     for (int i = 0; i < FMT_COUNT; i++)
         OSSL_DECODER_CTX_free(d->ctx[i]);
+    kl_pair_cache_free(&d->pair);
     EVP_PKEY_free(d->result);
     OPENSSL_free(d);
 }
@@ -228,6 +230,24 @@ kl_status kl_key_check_public(EVP_PKEY *pkey, kl_key_info *info, char *why,
 
 /* ---- DER ---------------------------------------------------------------- */
 
+/* Length of the DER object (tag, length, contents) at p, or 0. */
+static size_t der_object_len(const uint8_t *p, size_t n)
+{
+    if (n < 2)
+        return 0;
+    size_t len = p[1], hdr = 2;
+    if (p[1] & 0x80) {
+        size_t nb = p[1] & 0x7f;
+        if (nb == 0 || nb > 4 || n < 2 + nb)
+            return 0;
+        len = 0;
+        for (size_t i = 0; i < nb; i++)
+            len = len << 8 | p[2 + i];
+        hdr += nb;
+    }
+    return len <= n - hdr ? hdr + len : 0;
+}
+
 static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
                             EVP_PKEY **out, kl_key_info *info, char *why,
                             size_t whylen)
@@ -258,13 +278,31 @@ static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
         WHY("cannot set up the OpenSSL decoder");
         return KL_E_NOMEM;
     }
-    const unsigned char *p = der;
-    size_t left = len;
+    /* An Ed25519 PKCS#8 v2 file carries its public key too: OpenSSL 3.0
+     * decodes only v1, and the public key is checked below. */
+    uint8_t *v1 = NULL;
+    size_t v1_len = 0, v2_pub_len = 0;
+    const uint8_t *v2_pub = NULL;
+    if (fmt == FMT_P8_ED25519) {
+        if (!(v1 = OPENSSL_malloc(len))) {
+            WHY("out of memory");
+            return KL_E_NOMEM;
+        }
+        if (kl_der_p8_v2_split(der, len, v1, &v1_len, &v2_pub, &v2_pub_len) !=
+            KL_OK) {
+            OPENSSL_free(v1);
+            v1 = NULL;
+        }
+    }
+    const unsigned char *p = v1 ? v1 : der;
+    size_t left = v1 ? v1_len : len;
     EVP_PKEY_free(d->result);
     d->result = NULL;
     int ok = OSSL_DECODER_from_data(ctx, &p, &left) && d->result != NULL;
     unsigned long e = ERR_peek_last_error();
     ERR_clear_error();
+    if (v1)
+        OPENSSL_clear_free(v1, len);
     if (!ok) {
         if (fmt == FMT_DER_ANY) {
             WHY("not a PEM or DER private key");
@@ -277,7 +315,45 @@ static kl_status decode_der(kl_key_decoder *d, const uint8_t *der, size_t len,
     }
     EVP_PKEY *pkey = d->result;
     d->result = NULL;
+    /* DER keys concatenated: the decoder took the first; one key per file
+     * (docs/OPERATIONS.md "Key files"), as for PEM. */
+    size_t used = v1 ? der_object_len(der, len) : len - left, nkeys = 1;
+    while (used > 0 && used < len) {
+        const uint8_t *o = NULL;
+        size_t olen = 0, one = der_object_len(der + used, len - used);
+        kl_der_kind k = kl_der_classify(der + used, one, &o, &olen);
+        if (one == 0 || (k != KL_DER_PKCS8 && k != KL_DER_PKCS8_ENCRYPTED &&
+                         k != KL_DER_SEC1_PRIVATE && k != KL_DER_PKCS1_PRIVATE))
+            break;
+        nkeys++;
+        used += one;
+    }
+    if (nkeys > 1) {
+        EVP_PKEY_free(pkey);
+        WHY("file holds %zu private keys; keylessd loads one key per file: "
+            "split it into one file per key",
+            nkeys);
+        return KL_E_KEY;
+    }
     kl_status s = kl_key_check_pkey(pkey, info, why, whylen);
+    /* At every load, not only --check: a public part that is another key's
+     * would file this key under that key's SKI (docs/OPERATIONS.md "Key
+     * files"). */
+    if (s == KL_OK)
+        s = kl_key_check_pair(&d->pair, pkey, info, why, whylen);
+    if (s == KL_OK && v2_pub) {
+        uint8_t raw[32];
+        size_t raw_len = sizeof raw;
+        if (EVP_PKEY_get_raw_public_key(pkey, raw, &raw_len) != 1 ||
+            raw_len != v2_pub_len || memcmp(raw, v2_pub, raw_len) != 0) {
+            ERR_clear_error();
+            WHY("the private and public parts of the key do not match (the "
+                "public key in the file is not the one of its private key): "
+                "the file is corrupt or was pieced together from two keys; "
+                "export the key again from its source");
+            s = KL_E_KEY;
+        }
+    }
     if (s != KL_OK) {
         EVP_PKEY_free(pkey);
         return s;
@@ -364,6 +440,21 @@ kl_status kl_key_decode_buffer(kl_key_decoder *d, const uint8_t *buf,
     }
     if (s == KL_E_NOT_FOUND)
         return explain_pem(buf, len, why, whylen);
+    /* One key per file (docs/OPERATIONS.md "Key files"): a second key
+     * would otherwise be dropped without a word. */
+    size_t more = 0, nkeys = 0;
+    kl_pem_block other;
+    kl_status t;
+    while ((t = kl_pem_next(buf, len, &more, &other)) != KL_E_NOT_FOUND)
+        if (t == KL_OK && (is_private_label(&other) ||
+                           label_is(&other, "ENCRYPTED PRIVATE KEY")))
+            nkeys++;
+    if (nkeys > 1) {
+        WHY("file holds %zu private keys; keylessd loads one key per file: "
+            "split it into one file per key",
+            nkeys);
+        return KL_E_KEY;
+    }
     if (b.encrypted_header) {
         WHY("%s", encrypted_msg);
         return KL_E_KEY;

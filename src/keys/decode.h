@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <openssl/bn.h>
+#include <openssl/ec.h>
 #include <openssl/evp.h>
 
 #include "core/status.h"
@@ -32,9 +34,12 @@ typedef struct kl_key_decoder kl_key_decoder;
 kl_key_decoder *kl_key_decoder_new(void);
 void kl_key_decoder_free(kl_key_decoder *d);
 
-/* Decodes one private key from a whole file's bytes: PEM (the first private
- * key block; other blocks are skipped) or DER; PKCS#8, PKCS#1 or SEC1.
- * The result is checked with kl_key_check_pkey. On failure returns KL_E_KEY
+/* Decodes one private key from a whole file's bytes: PEM (exactly one
+ * private key block; certificates and parameters beside it are skipped, a
+ * second private key refuses the file) or DER (likewise one key: keys
+ * written one after the other refuse the file); PKCS#8, PKCS#1 or SEC1.
+ * The result is checked with kl_key_check_pkey, then kl_key_check_pair
+ * (docs/OPERATIONS.md "Key files"). On failure returns KL_E_KEY
  * (or KL_E_NOMEM) and writes a one-line reason into why (never key bytes). */
 KL_WUR kl_status kl_key_decode_buffer(kl_key_decoder *d, const uint8_t *buf,
                                       size_t len, EVP_PKEY **out,
@@ -52,7 +57,25 @@ KL_WUR kl_status kl_key_check_pkey(EVP_PKEY *pkey, kl_key_info *info, char *why,
 KL_WUR kl_status kl_key_check_public(EVP_PKEY *pkey, kl_key_info *info,
                                      char *why, size_t whylen);
 
-/* ---- internals shared by decode.c, pem.c and der.c ---------------------- */
+/* ---- internals shared by decode.c, pair.c, pem.c and der.c -------------- */
+
+/* What the pair check keeps between keys: the EC groups (building one per
+ * key would cost more than the check) and a BN_CTX. Part of the decoder. */
+#define KL_PAIR_CURVES 4
+typedef struct kl_pair_cache {
+    EC_GROUP *group[KL_PAIR_CURVES]; /* made on first use */
+    BN_CTX *bn;
+} kl_pair_cache;
+
+void kl_pair_cache_free(kl_pair_cache *c);
+
+/* Whether the public part of a key checked by kl_key_check_pkey belongs to
+ * its private part (pair.c says how, cheaply). KL_E_KEY with "the private
+ * and public parts of the key do not match (...)" in why otherwise; an EC
+ * scalar of zero or not below the order is refused as not a valid key. */
+KL_WUR kl_status kl_key_check_pair(kl_pair_cache *c, EVP_PKEY *pkey,
+                                   const kl_key_info *info, char *why,
+                                   size_t whylen);
 
 /* What the outer DER structure of a buffer looks like. */
 typedef enum kl_der_kind {
@@ -71,6 +94,15 @@ typedef enum kl_der_kind {
  * oid and oid_len (pointing into der). */
 kl_der_kind kl_der_classify(const uint8_t *der, size_t len, const uint8_t **oid,
                             size_t *oid_len);
+
+/* A PKCS#8 v2 key (RFC 5958 OneAsymmetricKey: version 1, with its [1]
+ * publicKey, as some Ed25519 tools write it), which OpenSSL 3.0 does not
+ * decode: writes the same key as v1 (version 0, no publicKey) into out,
+ * which has room for len bytes, and points pub at the public key the file
+ * carries, for the pair check. KL_E_NOT_FOUND when der is not such a key. */
+KL_WUR kl_status kl_der_p8_v2_split(const uint8_t *der, size_t len,
+                                    uint8_t *out, size_t *out_len,
+                                    const uint8_t **pub, size_t *pub_len);
 
 /* One PEM block found in a buffer. */
 typedef struct kl_pem_block {

@@ -4,6 +4,8 @@
  * decoder context for the format (a context for one format decodes ~2x
  * faster than one that tries them all) and names what a file holds when it
  * is not a private key (certificate, public key, encrypted key). */
+#include <string.h>
+
 #include "core/cursor.h"
 #include "keys/decode.h"
 
@@ -105,4 +107,68 @@ kl_der_kind kl_der_classify(const uint8_t *der, size_t len, const uint8_t **oid,
             return KL_DER_CERTIFICATE; /* tbs, signatureAlgorithm, sig */
     }
     return KL_DER_UNKNOWN;
+}
+
+/* DER length octets (short or long form) for n into p; returns the count. */
+static size_t put_len(uint8_t *p, size_t n)
+{
+    if (n < 0x80) {
+        p[0] = (uint8_t)n;
+        return 1;
+    }
+    size_t bytes = 0;
+    for (size_t t = n; t; t >>= 8)
+        bytes++;
+    p[0] = (uint8_t)(0x80 | bytes);
+    for (size_t i = 0; i < bytes; i++)
+        p[1 + i] = (uint8_t)(n >> (8 * (bytes - 1 - i)));
+    return 1 + bytes;
+}
+
+kl_status kl_der_p8_v2_split(const uint8_t *der, size_t len, uint8_t *out,
+                             size_t *out_len, const uint8_t **pub,
+                             size_t *pub_len)
+{
+    kl_cursor c, seq, v, alg, key, pk;
+    uint8_t tag;
+    kl_cursor_init(&c, der, len);
+    if (read_tlv(&c, &tag, &seq) != KL_OK || tag != ASN1_SEQUENCE_TAG ||
+        read_tlv(&seq, &tag, &v) != KL_OK || tag != ASN1_INTEGER_TAG ||
+        !is_small_int(v, 1))
+        return KL_E_NOT_FOUND;
+    uint8_t ver = 0;
+    if (kl_read_u8(&v, &ver) != KL_OK || ver != 1)
+        return KL_E_NOT_FOUND;
+    /* privateKeyAlgorithm, privateKey and [0] attributes are kept as
+     * they are; [1] publicKey is taken out */
+    const uint8_t *keep = seq.p;
+    if (read_tlv(&seq, &tag, &alg) != KL_OK || tag != ASN1_SEQUENCE_TAG ||
+        read_tlv(&seq, &tag, &key) != KL_OK || tag != ASN1_OCTET_STRING_TAG)
+        return KL_E_NOT_FOUND;
+    const uint8_t *keep_end = seq.p;
+    if (kl_cursor_left(&seq) > 0 && seq.p[0] == 0xa0) {
+        kl_cursor attrs;
+        if (read_tlv(&seq, &tag, &attrs) != KL_OK)
+            return KL_E_NOT_FOUND;
+        keep_end = seq.p;
+    }
+    /* [1] IMPLICIT BIT STRING, primitive: tag 0x81; no unused bits */
+    uint8_t unused = 1;
+    if (read_tlv(&seq, &tag, &pk) != KL_OK || tag != 0x81 ||
+        kl_cursor_left(&seq) != 0 || kl_read_u8(&pk, &unused) != KL_OK ||
+        unused != 0)
+        return KL_E_NOT_FOUND;
+    size_t body = 3 + (size_t)(keep_end - keep); /* INTEGER 0 + the rest */
+    uint8_t hdr[8];
+    hdr[0] = ASN1_SEQUENCE_TAG;
+    size_t hlen = 1 + put_len(hdr + 1, body);
+    if (hlen + body > len)
+        return KL_E_NOT_FOUND; /* cannot happen: v1 is shorter */
+    memcpy(out, hdr, hlen);
+    memcpy(out + hlen, "\x02\x01\x00", 3);
+    memcpy(out + hlen + 3, keep, (size_t)(keep_end - keep));
+    *out_len = hlen + body;
+    *pub = pk.p;
+    *pub_len = kl_cursor_left(&pk);
+    return KL_OK;
 }

@@ -179,9 +179,14 @@ kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
     if (*slot) {
         char hex[2 * KL_SKI_LEN + 1];
         kl_ski_hex(ski, hex);
+        /* The first in load order wins (docs/OPERATIONS.md "Key files"):
+         * say which, since access rules by dir: or file: follow the file
+         * that is kept. */
         kl_keystore_report(ks, KL_LOG_WARN, path,
-                           "duplicate key: SKI %s is already loaded from %s; "
-                           "keeping that one",
+                           "duplicate key: SKI %s is also in %s, which is "
+                           "loaded first and wins; this file is ignored, and "
+                           "access rules naming it or its directory do not "
+                           "reach the key. Remove one of the two files",
                            hex, (*slot)->path);
         EVP_PKEY_free(pkey);
         kl_p11_key_free(p11);

@@ -49,7 +49,9 @@ void kl_keystore_free(kl_keystore *ks);
 
 /* Loads every file whose name ends in ".key" below dir (recursively).
  * Stops at the first key that fails (startup rule: a bad key stops the
- * server), reporting its path and the reason. */
+ * server), reporting its path and the reason. A directory that group or
+ * others can write is refused like a bad key (with skip_bad_keys: that
+ * directory is skipped, the others load). */
 KL_WUR kl_status kl_keystore_add_dir(kl_keystore *ks, const char *dir);
 /* Loads one key file (PEM or DER; PKCS#1, SEC1, PKCS#8; RSA 1024-8192,
  * EC P-224/256/384/521, Ed25519). Encrypted PEM is refused. A duplicate SKI

@@ -2,7 +2,8 @@
 /* Loading key files and directories into the store (architecture 3).
  * Startup rule: the first key that fails stops the load, reported by path
  * and reason. Key files that group or others can read are refused unless
- * the operator opts in. */
+ * the operator opts in; key directories that group or others can write are
+ * refused (docs/OPERATIONS.md "Key files"). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -188,6 +189,25 @@ static kl_status list_dir(kl_keystore *ks, const char *dir, char ***names,
     return KL_OK;
 }
 
+/* A key directory that group or others can write lets them add or replace
+ * keys: refused like a key file they can read (docs/OPERATIONS.md "Key
+ * files"). */
+static kl_status check_dir_mode(kl_keystore *ks, const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return KL_OK; /* list_dir says what is wrong */
+    if (!(st.st_mode & (S_IWGRP | S_IWOTH)))
+        return KL_OK;
+    kl_keystore_report(ks, KL_LOG_ERROR, dir,
+                       "key directory is writable by %s (mode %03o), who "
+                       "could add or replace keys: run chmod 700 on it (750 "
+                       "to let a group read it)",
+                       (st.st_mode & S_IWOTH) ? "others" : "its group",
+                       (unsigned)(st.st_mode & 0777));
+    return KL_E_KEY;
+}
+
 static kl_status walk(kl_keystore *ks, const char *dir, int depth)
 {
     if (depth > MAX_DEPTH) {
@@ -195,6 +215,7 @@ static kl_status walk(kl_keystore *ks, const char *dir, int depth)
                            "directories nested more than %d deep", MAX_DEPTH);
         return KL_E_IO;
     }
+    KL_GUARD(check_dir_mode(ks, dir));
     char **names = NULL;
     size_t n = 0;
     KL_GUARD(list_dir(ks, dir, &names, &n));
@@ -216,6 +237,8 @@ static kl_status walk(kl_keystore *ks, const char *dir, int depth)
         /* Real subdirectories only: a symlinked directory could loop. */
         if (S_ISDIR(st.st_mode)) {
             s = walk(ks, path, depth + 1);
+            if (s != KL_OK && s != KL_E_NOMEM && ks->opts.skip_bad_keys)
+                s = KL_OK; /* reported; the other directories still load */
         } else if (ends_with(name, nlen, KEY_SUFFIX)) {
             s = kl_keystore_add_file(ks, path);
             if (s != KL_OK && s != KL_E_NOMEM && ks->opts.skip_bad_keys)

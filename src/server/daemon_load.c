@@ -127,6 +127,7 @@ kl_tls_ctx *kl_daemon_load_tls(const kl_config *cfg, kl_problems *p)
         .key_file = cfg->auth_key,
         .ca_file = cfg->cloudflare_ca_cert,
         .now = cfg->has_current_time ? cfg->current_time_unix : 0,
+        .allow_group_readable = cfg->allow_group_readable_keys,
         .report = cert_report,
         .arg = p,
     };

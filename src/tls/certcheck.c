@@ -99,6 +99,24 @@ static void check_usage(ctx *x, X509 *leaf)
                                : "");
 }
 
+/* The same rule as for the keys served (src/keys/load.c, docs/OPERATIONS.md
+ * "Key files"): a private key that group or others can read is refused.
+ * 1 when refused. */
+static int key_too_open(ctx *x)
+{
+    const kl_certcheck *c = x->c;
+    struct stat st;
+    if (c->allow_group_readable || stat(c->key_file, &st) != 0 ||
+        !(st.st_mode & (S_IRGRP | S_IROTH)))
+        return 0;
+    say(x, KL_LOG_ERROR,
+        "auth_key %s is readable by %s (mode %03o): run chmod 600 on it, or "
+        "allow group-readable key files in the configuration",
+        c->key_file, (st.st_mode & S_IROTH) ? "others" : "its group",
+        (unsigned)(st.st_mode & 0777));
+    return 1;
+}
+
 static EVP_PKEY *load_key(ctx *x)
 {
     const kl_certcheck *c = x->c;
@@ -120,6 +138,8 @@ static EVP_PKEY *load_key(ctx *x)
             "auth_key %s holds %s, not a private key: set auth_key to the "
             "private key of auth_cert %s (PEM)",
             c->key_file, holds(&s), c->cert_file);
+    } else if (key_too_open(x)) {
+        /* reported; the pair is not checked with a refused key */
     } else if (s.encrypted_keys) {
         say(x, KL_LOG_ERROR,
             "auth_key %s is encrypted; keylessd reads unencrypted PEM keys "

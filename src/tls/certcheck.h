@@ -12,6 +12,7 @@
 #ifndef KL_TLS_CERTCHECK_H
 #define KL_TLS_CERTCHECK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* One finding: level is KL_LOG_WARN or KL_LOG_ERROR (core/log.h); msg is
@@ -24,6 +25,9 @@ typedef struct kl_certcheck {
     const char *ca_file;   /* cloudflare_ca_cert */
     long long now;         /* seconds since 1970; 0: the current time */
     int warn_days;         /* warn this long before expiry; 0: 30 */
+    /* allow_group_readable_keys: an auth_key that group or others can
+     * read is refused unless set (as the keys served are) */
+    bool allow_group_readable;
     kl_cert_report_fn report;
     void *arg;
 } kl_certcheck;

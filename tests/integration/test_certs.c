@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <openssl/pem.h>
@@ -254,6 +255,74 @@ static void test_key_dir_with_certificates(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* auth_key follows the rule of the keys served: readable by group or
+ * others is refused, by --check and at startup, unless
+ * allow_group_readable_keys; a key directory that group or others can
+ * write is refused too (docs/OPERATIONS.md "Key files"). */
+static void test_open_auth_key_and_key_dir(void **state)
+{
+    char *dir = tp_tempdir("certs-perm");
+    char cmd[2400], key[1100], arg[1200], want[2400];
+    snprintf(key, sizeof key, "%s/server-key.pem", dir);
+    snprintf(cmd, sizeof cmd, "cp %s %s", tp_path("server.key"), key);
+    assert_int_equal(system(cmd), 0);
+    snprintf(arg, sizeof arg, "--auth-key=%s", key);
+    static const struct {
+        mode_t mode;
+        const char *who;
+    } open_modes[] = {{0644, "others"}, {0640, "its group"}};
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(chmod(key, open_modes[i].mode), 0);
+        snprintf(want, sizeof want,
+                 "auth_key %s is readable by %s (mode %03o): run chmod 600 on "
+                 "it, or allow group-readable key files in the configuration",
+                 key, open_modes[i].who, (unsigned)open_modes[i].mode);
+        expect_problem((const char *[]){arg, NULL}, want);
+        /* the opt-in covers auth_key too */
+        char *out;
+        int rc =
+            run(true,
+                (const char *[]){arg, "--allow-group-readable-keys=true", NULL},
+                &out);
+        if (rc != 0)
+            fail_msg("--check with the opt-in failed:\n%s", out);
+        free(out);
+    }
+    assert_int_equal(chmod(key, 0600), 0);
+    char *out;
+    assert_int_equal(run(true, (const char *[]){arg, NULL}, &out), 0);
+    free(out);
+
+    /* key directories writable by group or others */
+    static const struct {
+        mode_t mode;
+        const char *who;
+    } dir_modes[] = {{0777, "others"}, {0770, "its group"}, {0702, "others"}};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(chmod(keydir, dir_modes[i].mode), 0);
+        snprintf(want, sizeof want,
+                 "%s: key directory is writable by %s (mode %03o), who could "
+                 "add or replace keys: run chmod 700 on it (750 to let a "
+                 "group read it)",
+                 keydir, dir_modes[i].who, (unsigned)dir_modes[i].mode);
+        assert_int_equal(run(true, NULL, &out), 1);
+        expect(out, want);
+        expect(out, "configuration has ");
+        free(out);
+        assert_int_equal(run(false, NULL, &out), 1);
+        expect(out, want);
+        expect(out, "not starting");
+        free(out);
+    }
+    /* 0750 and 0755 are fine */
+    assert_int_equal(chmod(keydir, 0750), 0);
+    assert_int_equal(run(true, NULL, &out), 0);
+    expect(out, "configuration OK: 1 keys");
+    free(out);
+    assert_int_equal(chmod(keydir, 0700), 0);
+    tp_rmtree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_ca_file_without_ca),
         cmocka_unit_test(test_missing_files),
         cmocka_unit_test(test_key_dir_with_certificates),
+        cmocka_unit_test(test_open_auth_key_and_key_dir),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

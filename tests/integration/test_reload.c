@@ -20,6 +20,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <openssl/core_names.h>
+#include <openssl/pem.h>
+
 #include "client/verify.h"
 
 #define BATCH 64
@@ -294,10 +297,88 @@ static void test_reload_under_load(void **state)
     free(log);
 }
 
+/* A key file pieced together from two keys (its private part X's, its
+ * public part Y's) that sorts before the genuine Y: at a reload it is
+ * refused, naming the file, and Y's SKI signs with Y's key - before, the
+ * pieced file took Y's SKI and every signature failed to verify
+ * (docs/OPERATIONS.md "Key files"). Reload and the directory watch share
+ * the load. */
+static void test_reload_refuses_pieced_key(void **state)
+{
+    EVP_PKEY *x = EVP_EC_gen("P-256");
+    EVP_PKEY *y = tp_genkey(dir, "y-genuine.key", "EC", "P-256", 0);
+    assert_non_null(x);
+    OSSL_PARAM *px = NULL, *py = NULL;
+    assert_int_equal(EVP_PKEY_todata(x, EVP_PKEY_KEYPAIR, &px), 1);
+    assert_int_equal(EVP_PKEY_todata(y, EVP_PKEY_PUBLIC_KEY, &py), 1);
+    OSSL_PARAM *pub = OSSL_PARAM_locate(px, OSSL_PKEY_PARAM_PUB_KEY);
+    const OSSL_PARAM *ypub =
+        OSSL_PARAM_locate_const(py, OSSL_PKEY_PARAM_PUB_KEY);
+    assert_non_null(pub);
+    assert_non_null(ypub);
+    assert_int_equal(pub->data_size, ypub->data_size);
+    memcpy(pub->data, ypub->data, ypub->data_size);
+    EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+    EVP_PKEY *pieced = NULL;
+    assert_int_equal(EVP_PKEY_fromdata_init(ctx), 1);
+    assert_int_equal(EVP_PKEY_fromdata(ctx, &pieced, EVP_PKEY_KEYPAIR, px), 1);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/a-pieced.key", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(PEM_write_PrivateKey(f, pieced, NULL, NULL, 0, NULL, NULL),
+                     1);
+    fclose(f);
+    assert_int_equal(chmod(path, 0600), 0);
+
+    uint8_t ski[20];
+    tp_ski(y, ski);
+    td_signal(&d, SIGHUP);
+    expect_notify("RELOADING=1");
+    expect_notify("READY=1");
+    kl_client *c = td_connect(&d);
+    wait_for(c, ski, KL_OP_ECDSA_SIGN_SHA256, KL_ERR_NONE);
+    static const uint8_t digest[32] = {9, 8, 7};
+    kl_request_spec s = {.opcode = KL_OP_ECDSA_SIGN_SHA256,
+                         .payload = digest,
+                         .payload_len = 32,
+                         .ski = ski};
+    kl_client_result r;
+    td_call(&d, c, &s, &r);
+    assert_int_equal(r.opcode, KL_OP_RESPONSE);
+    char why[256];
+    if (kl_verify_output(y, KL_OP_ECDSA_SIGN_SHA256, digest, 32, r.payload,
+                         r.payload_len, why, sizeof why) != KL_OK)
+        fail_msg("the signature for the genuine key's SKI does not verify: "
+                 "%s",
+                 why);
+    kl_client_result_free(&r);
+    kl_client_close(c);
+    char *log = td_read_log(&d);
+    char want[1400];
+    snprintf(want, sizeof want,
+             "%s: the private and public parts of the key do not match", path);
+    if (!strstr(log, want)) {
+        td_dump_log(&d);
+        fail_msg("no \"%s\" in the log", want);
+    }
+    free(log);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/y-genuine.key", dir);
+    unlink(path);
+    EVP_PKEY_CTX_free(ctx);
+    OSSL_PARAM_free(px);
+    OSSL_PARAM_free(py);
+    EVP_PKEY_free(pieced);
+    EVP_PKEY_free(x);
+    EVP_PKEY_free(y);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reload_under_load),
+        cmocka_unit_test(test_reload_refuses_pieced_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
