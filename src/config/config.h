@@ -57,6 +57,7 @@ typedef struct kl_config {
     uint64_t sign_timeout_ns;
     int sign_retry_count;
     char *listen_address;
+    bool listen_reuseport;   /* share the port with another process */
     char *private_key_dirs;  /* comma list: replaces private_key_stores */
     char *private_key_files; /* comma list: replaces private_key_stores */
     bool allow_group_readable_keys;

@@ -218,6 +218,18 @@ static const kl_option options[] = {
      .help = "IP address to listen on (\"::\" for all IPv6 and IPv4 "
              "addresses)",
      .group = G_NET},
+    {.name = "listen_reuseport",
+     .type = KL_OPT_BOOL,
+     .offset = F(listen_reuseport),
+     .def = "false",
+     .env = "KEYLESS_LISTEN_REUSEPORT",
+     .flag = "listen-reuseport",
+     .metavar = "BOOL",
+     .help = "share listen_address:port with a keylessd already listening "
+             "there, for a zero-downtime handover (docs/OPERATIONS.md, "
+             "\"Handover\"); false: refuse to start when another process "
+             "listens on the port",
+     .group = G_NET},
     {.name = "metrics_port",
      .type = KL_OPT_INT,
      .offset = F(metrics_port),
