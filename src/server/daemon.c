@@ -85,13 +85,14 @@ int kl_daemon_main(int argc, char **argv, const char *version)
         kl_warn("%s", cfg->warnings[i]);
     /* issue 10: no core dumps and enough descriptors, before any key is
      * read into memory. */
-    kl_limits_process_setup(cfg->allow_core_dumps,
-                            (size_t)cfg->max_connections);
+    size_t warned =
+        cfg->nwarnings + kl_limits_process_setup(cfg->allow_core_dumps,
+                                                 (size_t)cfg->max_connections);
 
     if (cfg->check || cfg->keystore_debug || cfg->config_only ||
         cfg->manual_activation) {
         if (cfg->check)
-            rc = kl_daemon_check(cfg);
+            rc = kl_daemon_check(cfg, warned);
         else if (cfg->keystore_debug)
             rc = kl_daemon_keystore_debug(cfg, stdout);
         else if (cfg->config_only)

@@ -346,9 +346,14 @@ static void test_ready_needs_a_route(void **state)
              "eu, serves: [%s]}\n",
              tn_free_port(), tp_ski_hex(far));
     fp_write_file(table, text);
-    static char a_table[1200];
+    static char a_table[1200], a_cert[1200], a_key[1200];
     snprintf(a_table, sizeof a_table, "--router-table=%s", table);
-    const char *more[] = {a_table, "--router-ping-interval=100ms", NULL};
+    /* the router's identity toward remotes is a client certificate
+     * (docs/ROUTING.md) */
+    snprintf(a_cert, sizeof a_cert, "--router-cert=%s", tp_path("client.crt"));
+    snprintf(a_key, sizeof a_key, "--router-key=%s", tp_path("client.key"));
+    const char *more[] = {a_table, a_cert, a_key,
+                          "--router-ping-interval=100ms", NULL};
     td_daemon d;
     uint16_t mp;
     start_with_metrics(&d, "metrics-route", &mp, more);
