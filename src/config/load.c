@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "config/internal.h"
+#include "core/suggest.h"
 
 extern char **environ;
 
@@ -92,9 +93,21 @@ static kl_status scan_flags(int argc, char *const *argv, flag_value *out,
             for (size_t j = 0; j < n && !o; j++)
                 if (opts[j].flag && flag_matches(name, len, opts[j].flag))
                     o = &opts[j];
-            if (!o)
-                return kl_cfg_fail(err, errlen, "unknown flag %.*s; see --help",
-                                   (int)len + 2, a);
+            if (!o) {
+                /* the nearest flag, if the name looks misspelt */
+                char given[KL_SUGGEST_MAX_LEN + 1] = "";
+                if (len <= KL_SUGGEST_MAX_LEN)
+                    memcpy(given, name, len);
+                kl_suggest sg;
+                kl_suggest_init(&sg, given);
+                for (size_t j = 0; j < n && len <= KL_SUGGEST_MAX_LEN; j++)
+                    kl_suggest_add(&sg, opts[j].flag);
+                const char *near = kl_suggest_best(&sg);
+                return kl_cfg_fail(
+                    err, errlen, "unknown flag %.*s;%s%s%s see --help",
+                    (int)len + 2, a, near ? " did you mean --" : "",
+                    near ? near : "", near ? "?" : "");
+            }
             if (eq)
                 value = eq + 1;
         } else if (a[0] == '-' && a[1] && a[1] != '-') {

@@ -10,8 +10,27 @@
 #include <yaml.h>
 
 #include "config/internal.h"
+#include "core/suggest.h"
 
 #define LINE(node) ((unsigned long)(node)->start_mark.line + 1)
+
+/* " (did you mean \"port\"?)" for a misspelt option name, or "" when no
+ * option of the file is near it (core/suggest.h). */
+static const char *did_you_mean(const char *name, char *buf, size_t cap)
+{
+    size_t n;
+    const kl_option *opts = kl_config_options(&n);
+    kl_suggest sg;
+    kl_suggest_init(&sg, name);
+    for (size_t i = 0; i < n; i++)
+        if (!(opts[i].flags & KL_OPTF_NO_YAML))
+            kl_suggest_add(&sg, opts[i].name);
+    const char *near = kl_suggest_best(&sg);
+    buf[0] = 0;
+    if (near)
+        snprintf(buf, cap, " (did you mean \"%s\"?)", near);
+    return buf;
+}
 
 /* "file:line: " for a file, nothing for a value from the environment or a
  * flag (the caller names those). */
@@ -152,8 +171,9 @@ static kl_status apply_pair(kl_config *cfg, const char *file,
     }
     const kl_option *o = kl_config_find(name);
     if (!o || (o->flags & KL_OPTF_NO_YAML)) {
-        kl_cfg_warn(cfg, "%s:%lu: unknown option \"%s\" ignored", file, LINE(k),
-                    name);
+        char mean[96];
+        kl_cfg_warn(cfg, "%s:%lu: unknown option \"%s\" ignored%s", file,
+                    LINE(k), name, did_you_mean(name, mean, sizeof mean));
         return KL_OK;
     }
     if (o->type == KL_OPT_STORES) {

@@ -354,7 +354,8 @@ static void test_unknown_key_is_warning(void **state)
     assert_int_equal(cfg->port, 1234);
     assert_int_equal(cfg->nwarnings, 3);
     assert_string_equal(cfg->warnings[0],
-                        "g.yaml:2: unknown option \"hostnme\" ignored");
+                        "g.yaml:2: unknown option \"hostnme\" ignored (did "
+                        "you mean \"hostname\"?)");
     assert_string_equal(cfg->warnings[1], "g.yaml:5: private_key_stores: "
                                           "unknown entry key \"weird\" "
                                           "ignored");
@@ -385,6 +386,14 @@ static void test_flag_and_env_errors(void **state)
     kl_config *cfg = kl_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--bogus", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag --bogus; see --help");
+    kl_config_free(cfg);
+
+    /* a misspelt flag: the nearest one (core/suggest.h) */
+    cfg = kl_config_new();
+    assert_int_equal(load_args(cfg, tc_no_env, "--listen-adress=::", NULL),
+                     KL_E_CONFIG);
+    assert_string_equal(errbuf, "unknown flag --listen-adress; did you mean "
+                                "--listen-address? see --help");
     kl_config_free(cfg);
 
     cfg = kl_config_new();
