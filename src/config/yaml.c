@@ -219,9 +219,12 @@ kl_status kl_config_apply_yaml(kl_config *cfg, const char *name,
                              "(\"key: value\" lines)",
                              name, LINE(root));
         } else {
+            /* --check goes on past a bad value (kl_cfg_collect) */
             for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
                  st == KL_OK && p < root->data.mapping.pairs.top; p++)
-                st = apply_pair(cfg, name, &doc, root, p, err, errlen);
+                st = kl_cfg_collect(
+                    cfg, apply_pair(cfg, name, &doc, root, p, err, errlen),
+                    err);
         }
     }
     yaml_document_delete(&doc);

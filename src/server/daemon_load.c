@@ -216,12 +216,12 @@ static void check_access_file(const char *path, kl_problems *p)
     kl_acl_free(acl);
 }
 
-int kl_daemon_check(const kl_config *cfg, size_t earlier_warnings)
+int kl_daemon_check(const kl_config *cfg, kl_problems earlier)
 {
-    /* every warning line printed so far (the configuration's, the process
+    /* every problem line printed so far (the configuration's, the process
      * limits') counts: the summary's numbers are the lines above it
      * (docs/OPERATIONS.md, Modes) */
-    kl_problems p = {.warnings = earlier_warnings};
+    kl_problems p = earlier;
     check_address("listen_address", cfg->listen_address, &p);
     if (cfg->metrics_port > 0)
         check_address("metrics_address",

@@ -232,22 +232,29 @@ static void test_every_problem_at_once(void **state)
     fclose(f);
     char a_cfg[1200], a_table[1200], a_acl[1200];
     snprintf(a_cfg, sizeof a_cfg, "--config-file=%s",
-             write_file("keylessd.yaml", "portt: 5\nloglevell: 1\n"));
+             write_file("keylessd.yaml", "portt: 5\nloglevell: 1\n"
+                                         "idle_timeout: forever\n"
+                                         "max_connections: 0\n"));
     snprintf(a_table, sizeof a_table, "--router-table=%s/missing.yaml", dir);
     snprintf(a_acl, sizeof a_acl, "--access-file=%s",
              write_file("acl.yaml", "[1, 2\n"));
     char *out;
-    int rc = run(true, kd, (const char *[]){a_cfg, a_table, a_acl, NULL}, &out);
+    int rc = run(true, kd,
+                 (const char *[]){a_cfg, a_table, a_acl, "--workers=-5", NULL},
+                 &out);
     fprintf(stderr, "%s", out);
     assert_int_equal(rc, 1);
-    expect(out, "unknown option \"portt\" ignored");
+    expect(out, "unknown option \"portt\" ignored (did you mean \"port\"?)");
+    expect(out, "keylessd.yaml:3: idle_timeout: \"forever\" is not a duration");
+    expect(out, "keylessd.yaml:4: max_connections: 0 is out of range");
+    expect(out, "flag --workers=-5: workers: -5 is out of range");
     expect(out, "unknown option \"loglevell\" ignored");
     expect(out, "bad.key: ");
     expect(out, "old.key.bak: not loaded");
     expect(out, "missing.yaml: cannot open the routing table");
     expect(out, "access_file: ");
     expect_counts_match(out, rc);
-    assert_true(lines(out, "[error]") >= 3);
+    assert_true(lines(out, "[error]") >= 6);
     assert_true(lines(out, "[warning]") >= 3);
     free(out);
     tp_rmtree(kd);

@@ -366,6 +366,37 @@ static void test_unknown_key_is_warning(void **state)
     kl_config_free(cfg);
 }
 
+/* --check collects every value that does not parse (file, environment,
+ * flags) and goes on; a start stops at the first. */
+static void test_check_collects_every_error(void **state)
+{
+    const char *path = write_tmp("many.yaml", "port: 99999\n"
+                                              "idle_timeout: forever\n"
+                                              "loglevel: 2\n");
+    char *const env[] = {"KEYLESS_SHARDS=abc", NULL};
+    kl_config *cfg = kl_config_new();
+    assert_int_equal(
+        load_args(cfg, env, "-c", path, "--workers=-5", "--check", NULL),
+        KL_OK);
+    assert_int_equal(cfg->nerrors, 4);
+    assert_non_null(strstr(cfg->errors[0], "many.yaml:1: port: 99999 is out "
+                                           "of range 1..65535"));
+    assert_non_null(strstr(cfg->errors[1], "many.yaml:2: idle_timeout: "));
+    assert_non_null(strstr(cfg->errors[2], "environment KEYLESS_SHARDS: "));
+    assert_non_null(strstr(cfg->errors[3], "flag --workers=-5: "));
+    /* the good values still apply; the bad ones keep their defaults */
+    assert_int_equal(cfg->loglevel, 2);
+    assert_int_equal(cfg->port, 2407);
+    kl_config_free(cfg);
+
+    cfg = kl_config_new();
+    assert_int_equal(load_args(cfg, env, "-c", path, "--workers=-5", NULL),
+                     KL_E_CONFIG);
+    assert_non_null(strstr(errbuf, "many.yaml:1: port: 99999"));
+    assert_int_equal(cfg->nerrors, 0);
+    kl_config_free(cfg);
+}
+
 static void test_empty_and_null(void **state)
 {
     kl_config *cfg = kl_config_new();
@@ -522,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_yaml_errors),
         cmocka_unit_test(test_malformed_yaml_line),
         cmocka_unit_test(test_unknown_key_is_warning),
+        cmocka_unit_test(test_check_collects_every_error),
         cmocka_unit_test(test_empty_and_null),
         cmocka_unit_test(test_flag_and_env_errors),
         cmocka_unit_test(test_test_delay),
