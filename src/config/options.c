@@ -633,8 +633,10 @@ static const kl_option options[] = {
      .type = KL_OPT_MODE,
      .offset = F(check),
      .flag = "check",
-     .help = "check the configuration, the certificates and every key, "
-             "print each problem, and exit (0: all fine, 1: problems)",
+     .help = "check the configuration, the certificates, every key, the "
+             "access lists, the routing table and the router's certificate "
+             "- everything a start would refuse or warn about - print each "
+             "problem, and exit (0: all fine, 1: problems)",
      .flags = KL_OPTF_NO_YAML,
      .group = G_MODES},
     {.name = "keystore_debug",
