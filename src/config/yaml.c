@@ -92,10 +92,17 @@ static kl_status store_entry(kl_config *cfg, where *w, yaml_document_t *doc,
         } else if (strcmp(name, "uri") == 0) {
             this_kind = KL_STORE_URI;
         } else {
+            kl_suggest sg;
+            kl_suggest_init(&sg, name);
+            kl_suggest_add(&sg, "dir");
+            kl_suggest_add(&sg, "file");
+            kl_suggest_add(&sg, "uri");
+            const char *near = kl_suggest_best(&sg);
             kl_cfg_warn(cfg,
                         "%sprivate_key_stores: unknown entry key "
-                        "\"%s\" ignored",
-                        at(w, k), name);
+                        "\"%s\" ignored%s%s%s",
+                        at(w, k), name, near ? " (did you mean \"" : "",
+                        near ? near : "", near ? "\"?)" : "");
             continue;
         }
         if (kind_name)

@@ -364,6 +364,18 @@ static void test_unknown_key_is_warning(void **state)
                         "g.yaml:6: unknown option \"test_delay\" ignored");
     assert_null(cfg->test_delay);
     kl_config_free(cfg);
+
+    /* a misspelt entry key: the nearest of dir, file, uri */
+    cfg = kl_config_new();
+    text = "private_key_stores:\n  - dir: /k\n    fiel: /x\n";
+    assert_int_equal(kl_config_apply_yaml(cfg, "g.yaml", (const uint8_t *)text,
+                                          strlen(text), errbuf, sizeof errbuf),
+                     KL_OK);
+    assert_int_equal(cfg->nwarnings, 1);
+    assert_string_equal(cfg->warnings[0],
+                        "g.yaml:3: private_key_stores: unknown entry key "
+                        "\"fiel\" ignored (did you mean \"file\"?)");
+    kl_config_free(cfg);
 }
 
 /* --check collects every value that does not parse (file, environment,
