@@ -190,7 +190,15 @@ static void check_pid_file(const char *path, kl_problems *p)
     if (!copy)
         return;
     const char *dir = dirname(copy);
-    if (access(dir, W_OK | X_OK) != 0) {
+    if (access(dir, W_OK | X_OK) != 0 && errno == ENOENT) {
+        /* systemd creates RuntimeDirectory= (/run/keyless in the packaged
+         * unit) only while the service runs */
+        kl_warn("pid_file %s: its directory %s does not exist; a start "
+                "creates no directory (under systemd, RuntimeDirectory= "
+                "makes it while the service runs)",
+                path, dir);
+        p->warnings++;
+    } else if (access(dir, W_OK | X_OK) != 0) {
         kl_error("pid_file %s: its directory %s is not writable (%s) for "
                  "this user; fix the path or the directory's permissions, or "
                  "unset pid_file",

@@ -209,6 +209,24 @@ static void test_broken_access_file(void **state)
     expect_check_fails(keydir, (const char *[]){a, NULL}, "access_file: ");
 }
 
+/* pid_file in a directory that does not exist (yet: systemd makes
+ * RuntimeDirectory= while the service runs) is a warning, counted. */
+static void test_pid_file_directory(void **state)
+{
+    (void)state;
+    char a[1200];
+    snprintf(a, sizeof a, "--pid-file=%s/no-such-dir/keylessd.pid", dir);
+    char *out;
+    int rc = run(true, keydir, (const char *[]){a, NULL}, &out);
+    if (rc != 0)
+        fail_msg("--check: status %d:\n%s", rc, out);
+    expect(out, "no-such-dir/keylessd.pid: its directory ");
+    expect(out, "does not exist");
+    expect_counts_match(out, rc);
+    assert_true(lines(out, "[warning]") >= 1);
+    free(out);
+}
+
 /* Several problems at once: every one is printed in the same run, and the
  * summary counts each line (warnings of the configuration file
  * included). */
@@ -338,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_broken_router_table),
         cmocka_unit_test(test_zero_keys),
         cmocka_unit_test(test_broken_access_file),
+        cmocka_unit_test(test_pid_file_directory),
         cmocka_unit_test(test_every_problem_at_once),
         cmocka_unit_test(test_router_cert_without_client_auth),
         cmocka_unit_test(test_router_client_cert_passes),
