@@ -239,15 +239,6 @@ static bool op_fits_key(uint8_t op, EVP_PKEY *pk)
     }
 }
 
-static uint8_t default_op(EVP_PKEY *pk)
-{
-    if (EVP_PKEY_is_a(pk, "RSA"))
-        return KL_OP_RSA_SIGN_SHA256;
-    if (EVP_PKEY_is_a(pk, "EC"))
-        return KL_OP_ECDSA_SIGN_SHA256;
-    return KL_OP_ED25519_SIGN;
-}
-
 /* ---- key and connection ------------------------------------------------- */
 
 static int load_key(cli *a)
@@ -799,7 +790,7 @@ int main(int argc, char **argv)
                 goto out;
             }
             if (!a.op_name)
-                op = default_op(a.pub);
+                op = kl_op_default_for_key(a.pub);
         }
         if (a.pub && !op_fits_key(op, a.pub)) {
             rc =

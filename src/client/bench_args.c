@@ -35,7 +35,9 @@ static const flag flags[] = {
     {"ski-file", F_STR, OFF(ski_file), "FILE",
      "many keys: SKIs one per line (hex, the first word), each request "
      "signs with one picked at random"},
-    {"op", F_STR, OFF(op_name), "OP", "operation (default ecdsa-sha256)"},
+    {"op", F_STR, OFF(op_name), "OP",
+     "operation (default: from -pubkey's key, rsa-sha256, ecdsa-sha256 or "
+     "ed25519; else ecdsa-sha256)"},
     {"mix", F_STR, OFF(mix), "OP[@KEY][:W],...",
      "weighted mix of operations; KEY is an SKI or a key file (default: "
      "-ski/-pubkey), W a weight (1)"},

@@ -229,11 +229,20 @@ int bench_prepare(bench *b)
         return BENCH_EXIT_OK; /* no requests: no operation, no key */
     if (b->mix && b->op_name)
         return fail("-op and -mix: give one%s%s", NULL, NULL);
+    /* without -op the key given says what to do, as keyless-cli does:
+     * rsa-sha256, ecdsa-sha256 or ed25519 (client/opnames.h) */
+    const char *op = b->op_name ? b->op_name : "ecdsa-sha256";
+    if (!b->mix && !b->op_name && b->pubkey_file && !b->ski_file) {
+        EVP_PKEY *pk = NULL;
+        if (kl_pubkey_load(b->pubkey_file, &pk, err, sizeof err) != KL_OK)
+            return fail("%s%s", err, NULL);
+        op = kl_op_short(kl_op_default_for_key(pk));
+        EVP_PKEY_free(pk);
+    }
     if (b->mix) {
         if (bench_parse_mix(b, b->mix, err, sizeof err) != BENCH_EXIT_OK)
             return fail("-mix: %s%s", err, NULL);
-    } else if (bench_parse_mix(b, b->op_name ? b->op_name : "ecdsa-sha256", err,
-                               sizeof err) != BENCH_EXIT_OK) {
+    } else if (bench_parse_mix(b, op, err, sizeof err) != BENCH_EXIT_OK) {
         return fail("-op: %s%s", err, NULL);
     }
     if (b->server_ip_text) {

@@ -95,3 +95,12 @@ const char *kl_op_short_list(void)
            "rsa-pss-sha512, ecdsa-md5sha1, ecdsa-sha1, ecdsa-sha224, "
            "ecdsa-sha256, ecdsa-sha384, ecdsa-sha512, ed25519, ping";
 }
+
+uint8_t kl_op_default_for_key(const EVP_PKEY *pk)
+{
+    if (EVP_PKEY_is_a(pk, "RSA"))
+        return KL_OP_RSA_SIGN_SHA256;
+    if (EVP_PKEY_is_a(pk, "EC"))
+        return KL_OP_ECDSA_SIGN_SHA256;
+    return KL_OP_ED25519_SIGN;
+}

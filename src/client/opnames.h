@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <openssl/evp.h>
+
 /* Case, '-' and '_' do not matter, nor an "Op" prefix or "Sign":
  * "ecdsa-sha256", "ECDSA_SHA256" and "OpECDSASignSHA256" are one
  * operation. Numbers 0..255 (decimal or 0x) are taken as they are. */
@@ -17,5 +19,9 @@ bool kl_op_parse(const char *s, uint8_t *op);
 const char *kl_op_short(uint8_t op);
 /* The short names, comma-separated, for help texts. */
 const char *kl_op_short_list(void);
+/* The operation a public key is used with when none is named (keyless-cli
+ * without --op, keyless-bench without -op): rsa-sha256 for RSA,
+ * ecdsa-sha256 for EC, ed25519 for Ed25519. */
+uint8_t kl_op_default_for_key(const EVP_PKEY *pk);
 
 #endif

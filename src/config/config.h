@@ -57,6 +57,7 @@ typedef struct kl_config {
     uint64_t sign_timeout_ns;
     int sign_retry_count;
     char *listen_address;
+    bool listen_reuseport;   /* share the port with another process */
     char *private_key_dirs;  /* comma list: replaces private_key_stores */
     char *private_key_files; /* comma list: replaces private_key_stores */
     bool allow_group_readable_keys;
@@ -131,6 +132,13 @@ typedef struct kl_config {
      * log once the log level is known. */
     char **warnings;
     size_t nwarnings;
+    /* --check (docs/OPERATIONS.md, Modes): a value that does not parse is
+     * recorded here, one line each, and loading goes on with the other
+     * values (the option keeps its default), so that every problem is
+     * reported in one run. Otherwise the first one stops the load. */
+    bool collect_errors;
+    char **errors;
+    size_t nerrors;
 } kl_config;
 
 /* A config holding every option's default. NULL on allocation failure. */

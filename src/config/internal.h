@@ -35,6 +35,11 @@ bool kl_cfg_new_group(const kl_option *opts, size_t i);
 void kl_cfg_warn(kl_config *cfg, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* A problem that stops loading: with cfg->collect_errors (--check) it is
+ * recorded in cfg->errors and KL_OK returned, so that loading goes on;
+ * otherwise st as it is. */
+kl_status kl_cfg_collect(kl_config *cfg, kl_status st, const char *err);
+
 /* Writes "<prefix>: <msg>" into err and returns KL_E_CONFIG. */
 kl_status kl_cfg_fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "config/internal.h"
+#include "core/suggest.h"
 
 extern char **environ;
 
@@ -51,6 +52,9 @@ void kl_config_free(kl_config *cfg)
     for (size_t i = 0; i < cfg->nwarnings; i++)
         free(cfg->warnings[i]);
     free(cfg->warnings);
+    for (size_t i = 0; i < cfg->nerrors; i++)
+        free(cfg->errors[i]);
+    free(cfg->errors);
     free((char *)cfg->loaded_file);
     free(cfg->tracing_endpoint);
     free(cfg);
@@ -92,9 +96,21 @@ static kl_status scan_flags(int argc, char *const *argv, flag_value *out,
             for (size_t j = 0; j < n && !o; j++)
                 if (opts[j].flag && flag_matches(name, len, opts[j].flag))
                     o = &opts[j];
-            if (!o)
-                return kl_cfg_fail(err, errlen, "unknown flag %.*s; see --help",
-                                   (int)len + 2, a);
+            if (!o) {
+                /* the nearest flag, if the name looks misspelt */
+                char given[KL_SUGGEST_MAX_LEN + 1] = "";
+                if (len <= KL_SUGGEST_MAX_LEN)
+                    memcpy(given, name, len);
+                kl_suggest sg;
+                kl_suggest_init(&sg, given);
+                for (size_t j = 0; j < n && len <= KL_SUGGEST_MAX_LEN; j++)
+                    kl_suggest_add(&sg, opts[j].flag);
+                const char *near = kl_suggest_best(&sg);
+                return kl_cfg_fail(
+                    err, errlen, "unknown flag %.*s;%s%s%s see --help",
+                    (int)len + 2, a, near ? " did you mean --" : "",
+                    near ? near : "", near ? "?" : "");
+            }
             if (eq)
                 value = eq + 1;
         } else if (a[0] == '-' && a[1] && a[1] != '-') {
@@ -189,6 +205,13 @@ kl_status kl_config_load(kl_config *cfg, int argc, char *const *argv,
     kl_status st = scan_flags(argc, argv, flags, &nflags, err, errlen);
     if (st != KL_OK)
         goto out;
+    /* --check reports every value that does not parse, not the first */
+    for (size_t i = 0; i < nflags; i++) {
+        bool on = false;
+        if (!strcmp(flags[i].opt->name, "check") &&
+            kl_parse_bool(flags[i].value, &on) == KL_OK && on)
+            cfg->collect_errors = true;
+    }
 
     /* The file: its name can only come from a flag or the environment. */
     const char *named = env_get(envp, "KEYLESS_CONFIG_FILE");
@@ -206,14 +229,16 @@ kl_status kl_config_load(kl_config *cfg, int argc, char *const *argv,
             continue;
         if ((st = kl_opt_set(cfg, &opts[i], v, msg, sizeof msg)) != KL_OK) {
             kl_cfg_fail(err, errlen, "environment %s: %s", opts[i].env, msg);
-            goto out;
+            if ((st = kl_cfg_collect(cfg, st, err)) != KL_OK)
+                goto out;
         }
     }
     for (size_t i = 0; i < nflags; i++) {
         st = kl_opt_set(cfg, flags[i].opt, flags[i].value, msg, sizeof msg);
         if (st != KL_OK) {
             kl_cfg_fail(err, errlen, "flag %s: %s", flags[i].spelled, msg);
-            goto out;
+            if ((st = kl_cfg_collect(cfg, st, err)) != KL_OK)
+                goto out;
         }
     }
     if (cfg->help || cfg->help_markdown || cfg->help_man || cfg->version)

@@ -221,6 +221,18 @@ static const kl_option options[] = {
      .help = "IP address to listen on (\"::\" for all IPv6 and IPv4 "
              "addresses)",
      .group = G_NET},
+    {.name = "listen_reuseport",
+     .type = KL_OPT_BOOL,
+     .offset = F(listen_reuseport),
+     .def = "false",
+     .env = "KEYLESS_LISTEN_REUSEPORT",
+     .flag = "listen-reuseport",
+     .metavar = "BOOL",
+     .help = "share listen_address:port with a keylessd already listening "
+             "there, for a zero-downtime handover (docs/OPERATIONS.md, "
+             "\"Handover\"); false: refuse to start when another process "
+             "listens on the port",
+     .group = G_NET},
     {.name = "metrics_port",
      .type = KL_OPT_INT,
      .offset = F(metrics_port),
@@ -641,8 +653,10 @@ static const kl_option options[] = {
      .type = KL_OPT_MODE,
      .offset = F(check),
      .flag = "check",
-     .help = "check the configuration, the certificates and every key, "
-             "print each problem, and exit (0: all fine, 1: problems)",
+     .help = "check the configuration, the certificates, every key, the "
+             "access lists, the routing table and the router's certificate "
+             "- everything a start would refuse or warn about - print each "
+             "problem, and exit (0: all fine, 1: problems)",
      .flags = KL_OPTF_NO_YAML,
      .group = G_MODES},
     {.name = "keystore_debug",

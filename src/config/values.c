@@ -36,6 +36,20 @@ void kl_cfg_warn(kl_config *cfg, const char *fmt, ...)
         cfg->nwarnings++;
 }
 
+kl_status kl_cfg_collect(kl_config *cfg, kl_status st, const char *err)
+{
+    if (st != KL_E_CONFIG || !cfg->collect_errors)
+        return st;
+    char **e = realloc(cfg->errors, (cfg->nerrors + 1) * sizeof *e);
+    if (!e)
+        return KL_E_NOMEM;
+    cfg->errors = e;
+    if ((e[cfg->nerrors] = strdup(err)) == NULL)
+        return KL_E_NOMEM;
+    cfg->nerrors++;
+    return KL_OK;
+}
+
 kl_status kl_cfg_add_store(kl_config *cfg, kl_store_kind kind, const char *path)
 {
     kl_store_cfg *s = realloc(cfg->stores, (cfg->nstores + 1) * sizeof *s);

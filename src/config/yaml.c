@@ -10,8 +10,27 @@
 #include <yaml.h>
 
 #include "config/internal.h"
+#include "core/suggest.h"
 
 #define LINE(node) ((unsigned long)(node)->start_mark.line + 1)
+
+/* " (did you mean \"port\"?)" for a misspelt option name, or "" when no
+ * option of the file is near it (core/suggest.h). */
+static const char *did_you_mean(const char *name, char *buf, size_t cap)
+{
+    size_t n;
+    const kl_option *opts = kl_config_options(&n);
+    kl_suggest sg;
+    kl_suggest_init(&sg, name);
+    for (size_t i = 0; i < n; i++)
+        if (!(opts[i].flags & KL_OPTF_NO_YAML))
+            kl_suggest_add(&sg, opts[i].name);
+    const char *near = kl_suggest_best(&sg);
+    buf[0] = 0;
+    if (near)
+        snprintf(buf, cap, " (did you mean \"%s\"?)", near);
+    return buf;
+}
 
 /* "file:line: " for a file, nothing for a value from the environment or a
  * flag (the caller names those). */
@@ -73,10 +92,17 @@ static kl_status store_entry(kl_config *cfg, where *w, yaml_document_t *doc,
         } else if (strcmp(name, "uri") == 0) {
             this_kind = KL_STORE_URI;
         } else {
+            kl_suggest sg;
+            kl_suggest_init(&sg, name);
+            kl_suggest_add(&sg, "dir");
+            kl_suggest_add(&sg, "file");
+            kl_suggest_add(&sg, "uri");
+            const char *near = kl_suggest_best(&sg);
             kl_cfg_warn(cfg,
                         "%sprivate_key_stores: unknown entry key "
-                        "\"%s\" ignored",
-                        at(w, k), name);
+                        "\"%s\" ignored%s%s%s",
+                        at(w, k), name, near ? " (did you mean \"" : "",
+                        near ? near : "", near ? "\"?)" : "");
             continue;
         }
         if (kind_name)
@@ -152,8 +178,9 @@ static kl_status apply_pair(kl_config *cfg, const char *file,
     }
     const kl_option *o = kl_config_find(name);
     if (!o || (o->flags & KL_OPTF_NO_YAML)) {
-        kl_cfg_warn(cfg, "%s:%lu: unknown option \"%s\" ignored", file, LINE(k),
-                    name);
+        char mean[96];
+        kl_cfg_warn(cfg, "%s:%lu: unknown option \"%s\" ignored%s", file,
+                    LINE(k), name, did_you_mean(name, mean, sizeof mean));
         return KL_OK;
     }
     if (o->type == KL_OPT_STORES) {
@@ -199,9 +226,12 @@ kl_status kl_config_apply_yaml(kl_config *cfg, const char *name,
                              "(\"key: value\" lines)",
                              name, LINE(root));
         } else {
+            /* --check goes on past a bad value (kl_cfg_collect) */
             for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
                  st == KL_OK && p < root->data.mapping.pairs.top; p++)
-                st = apply_pair(cfg, name, &doc, root, p, err, errlen);
+                st = kl_cfg_collect(
+                    cfg, apply_pair(cfg, name, &doc, root, p, err, errlen),
+                    err);
         }
     }
     yaml_document_delete(&doc);

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "core/suggest.h"
 #include "router/table_int.h"
 
 #define LINE(n) ((unsigned long)(n)->start_mark.line + 1)
@@ -84,6 +85,25 @@ static kl_status check_name(kl_rt_build *b, yaml_node_t *n, const char *s,
                 "%s\"%s\" is not a %s name; use 1 to 64 letters, digits, "
                 "'.', '_' or '-'",
                 where, s ? s : "(not a scalar)", kind);
+}
+
+/* An unknown field or section name: says so, with the nearest known one
+ * when it looks like a typing mistake (core/suggest.h). known is
+ * NULL-terminated; hint lists them in words. */
+static kl_status unknown(kl_rt_build *b, const yaml_node_t *n,
+                         const char *where, const char *kind, const char *name,
+                         const char *const *known, const char *hint)
+{
+    kl_suggest sg;
+    kl_suggest_init(&sg, name);
+    for (size_t i = 0; name && known[i]; i++)
+        kl_suggest_add(&sg, known[i]);
+    const char *near = kl_suggest_best(&sg);
+    char mean[KL_RT_NAME_MAX + 32] = "";
+    if (near)
+        snprintf(mean, sizeof mean, " did you mean \"%s\"?", near);
+    return fail(b, n, "%sunknown %s \"%s\";%s %s", where, kind,
+                name ? name : "(not a scalar)", mean, hint);
 }
 
 /* Calls fn for every item of list l with its scalar text (NULL for an
@@ -239,10 +259,12 @@ static kl_status parse_sets(kl_rt_build *b, yaml_node_t *m)
                                 name);
                 KL_GUARD(each_item(b, qv, set_ski_item, s));
             } else {
-                return fail(b, qk,
-                            "key_sets: %s: unknown field \"%s\"; a key set "
-                            "has skis and regions",
-                            name, field ? field : "?");
+                static const char *const set_fields[] = {"skis", "regions",
+                                                         NULL};
+                char where[KL_RT_NAME_MAX + 16];
+                snprintf(where, sizeof where, "key_sets: %s: ", name);
+                return unknown(b, qk, where, "field", field, set_fields,
+                               "a key set has skis and regions");
             }
         }
         if (!have_skis)
@@ -272,11 +294,12 @@ static kl_status parse_keys(kl_rt_build *b, yaml_node_t *m)
             FOR_PAIRS(q, v)
             {
                 const char *field = scalar(node(b, q->key));
+                static const char *const key_fields[] = {"regions", NULL};
+                char where[2 * KL_SKI_LEN + 16];
+                snprintf(where, sizeof where, "keys: %s: ", hex);
                 if (!field || strcmp(field, "regions"))
-                    return fail(b, node(b, q->key),
-                                "keys: %s: unknown field \"%s\"; a key has "
-                                "regions",
-                                hex, field ? field : "?");
+                    return unknown(b, node(b, q->key), where, "field", field,
+                                   key_fields, "a key has regions");
                 regions = node(b, q->value);
             }
         }
@@ -373,6 +396,17 @@ static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
         const char *f = scalar(k), *vs = scalar(v);
         if (!f)
             return fail(b, k, "servers: a field name must be a scalar");
+        /* an unknown field is named as such before its value is looked at
+         * (a misspelt `serves:` holds a list) */
+        static const char *const server_fields[] = {
+            "name", "address", "dns", "region", "priority", "serves", NULL};
+        bool known = false;
+        for (size_t i = 0; server_fields[i]; i++)
+            known |= !strcmp(f, server_fields[i]);
+        if (!known)
+            return unknown(b, k, "servers: ", "field", f, server_fields,
+                           "a server has name, address or dns, region, "
+                           "priority and serves");
         if (!strcmp(f, "serves")) {
             serves = v;
             continue;
@@ -400,11 +434,6 @@ static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
                             "0..1000000 (lower is preferred)",
                             vs);
             s.priority = (int)pr;
-        } else {
-            return fail(b, k,
-                        "servers: unknown field \"%s\"; a server has name, "
-                        "address or dns, region, priority and serves",
-                        f);
         }
     }
     if (!s.name[0])
@@ -459,7 +488,7 @@ static kl_status parse_root(kl_rt_build *b, yaml_node_t *root)
                     "keys and servers");
     /* sections in dependency order, wherever they are in the file */
     static const char *const order[] = {"region_codes", "key_sets", "keys",
-                                        "servers"};
+                                        "servers", NULL};
     FOR_PAIRS(p, root)
     {
         const char *k = scalar(node(b, p->key));
@@ -467,10 +496,9 @@ static kl_status parse_root(kl_rt_build *b, yaml_node_t *root)
         for (size_t i = 0; i < 4; i++)
             known |= k && !strcmp(k, order[i]);
         if (!known)
-            return fail(b, node(b, p->key),
-                        "unknown section \"%s\"; a routing table has "
-                        "region_codes, key_sets, keys and servers",
-                        k ? k : "?");
+            return unknown(b, node(b, p->key), "", "section", k, order,
+                           "a routing table has region_codes, key_sets, "
+                           "keys and servers");
     }
     for (size_t i = 0; i < 4; i++) {
         int seen = 0;

@@ -63,6 +63,9 @@ int kl_daemon_main(int argc, char **argv, const char *version)
     }
     char err[1024];
     if (kl_config_load(cfg, argc, argv, NULL, err, sizeof err) != KL_OK) {
+        /* --check: the values that did not parse before this one */
+        for (size_t i = 0; i < cfg->nerrors; i++)
+            fprintf(stderr, "keylessd: %s\n", cfg->errors[i]);
         fprintf(stderr, "keylessd: %s\n", err);
         kl_config_free(cfg);
         return 1;
@@ -83,15 +86,22 @@ int kl_daemon_main(int argc, char **argv, const char *version)
         kl_debug("configuration file %s", cfg->loaded_file);
     for (size_t i = 0; i < cfg->nwarnings; i++)
         kl_warn("%s", cfg->warnings[i]);
+    /* --check only: the values that did not parse (config.h) */
+    for (size_t i = 0; i < cfg->nerrors; i++)
+        kl_error("%s", cfg->errors[i]);
     /* issue 10: no core dumps and enough descriptors, before any key is
      * read into memory. */
-    kl_limits_process_setup(cfg->allow_core_dumps,
-                            (size_t)cfg->max_connections);
+    kl_problems earlier = {
+        .errors = cfg->nerrors,
+        .warnings = cfg->nwarnings +
+                    kl_limits_process_setup(cfg->allow_core_dumps,
+                                            (size_t)cfg->max_connections),
+    };
 
     if (cfg->check || cfg->keystore_debug || cfg->config_only ||
         cfg->manual_activation) {
         if (cfg->check)
-            rc = kl_daemon_check(cfg);
+            rc = kl_daemon_check(cfg, earlier);
         else if (cfg->keystore_debug)
             rc = kl_daemon_keystore_debug(cfg, stdout);
         else if (cfg->config_only)

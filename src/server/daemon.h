@@ -33,8 +33,12 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
  * (every problem logged). */
 kl_tls_ctx *kl_daemon_load_tls(const kl_config *cfg, kl_problems *p);
 
-/* --check: configuration, certificates, every key; 0 or 1. */
-int kl_daemon_check(const kl_config *cfg);
+/* --check: configuration, certificates, every key, the access lists, the
+ * routing table and the router's certificate - everything a start would
+ * refuse or warn about, all in one run; 0 or 1. earlier: the error and
+ * warning lines already printed (configuration values, process limits),
+ * counted in the summary. */
+int kl_daemon_check(const kl_config *cfg, kl_problems earlier);
 /* --keystore-debug: every key as "SKI TYPE FILE" lines on out; 0 or 1. */
 int kl_daemon_keystore_debug(const kl_config *cfg, FILE *out);
 

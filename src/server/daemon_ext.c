@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "router/dns.h"
+#include "router/table.h"
 #include "server/daemon_ext.h"
+#include "tls/certcheck.h"
 
 #define MS 1000000u
 
@@ -64,6 +67,72 @@ static kl_router_opts router_opts(const kl_config *cfg)
     };
 }
 
+/* --check resolves a table's dns: names as the router would. */
+static size_t check_resolve(const char *host, char (*out)[64], size_t max,
+                            void *arg)
+{
+    const kl_config *cfg = arg;
+    uint32_t ttl;
+    return kl_rt_dns_resolve(or_default(cfg->router_dns_server, NULL),
+                             ms(cfg->router_connect_timeout_ns), host, out, max,
+                             &ttl);
+}
+
+static void count_report(void *arg, int level, const char *msg)
+{
+    kl_problems *p = arg;
+    if (level >= KL_LOG_ERROR)
+        p->errors++;
+    else if (level == KL_LOG_WARN)
+        p->warnings++;
+    kl_log(level, "%s", msg);
+}
+
+void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
+{
+    if (!cfg->router_table || !*cfg->router_table)
+        return;
+    kl_rt_table *t = NULL;
+    char err[1024];
+    if (kl_rt_table_load(cfg->router_table, check_resolve, (void *)cfg, &t, err,
+                         sizeof err) != KL_OK) {
+        kl_error("router_table: %s", err);
+        p->errors++;
+        return;
+    }
+    size_t remotes = t->nservers;
+    kl_rt_table_free(t);
+    if (remotes == 0)
+        return; /* no remote: the router presents no certificate */
+    /* The router's identity toward the remotes must be a TLS client
+     * certificate (docs/ROUTING.md, "The router's certificate"). */
+    kl_router_opts o = router_opts(cfg);
+    bool own = cfg->router_cert && *cfg->router_cert;
+    kl_client_certcheck cc = {
+        .cert_option = own ? "router_cert" : "auth_cert",
+        .cert_file = o.cert_file,
+        .cert_note = own ? NULL
+                         : " (what the router presents to remote key servers "
+                           "while router_cert is unset)",
+        .key_option =
+            cfg->router_key && *cfg->router_key ? "router_key" : "auth_key",
+        /* auth_key against auth_cert is checked with the identity */
+        .key_file = own ? o.key_file : NULL,
+        .fix = own ? "Issue the router a certificate with extendedKeyUsage "
+                     "clientAuth (keyUsage digitalSignature) from a CA the "
+                     "remotes trust, and set router_cert and router_key to it"
+                   : "Issue the router a certificate with extendedKeyUsage "
+                     "clientAuth (keyUsage digitalSignature) from a CA the "
+                     "remotes trust and set router_cert and router_key to "
+                     "it, or reissue auth_cert with both serverAuth and "
+                     "clientAuth",
+        .now = cfg->has_current_time ? cfg->current_time_unix : 0,
+        .report = count_report,
+        .arg = p,
+    };
+    kl_certcheck_client(&cc);
+}
+
 /* issue 11, docs/TRACING.md: one span ring per shard. A tracer that
  * cannot start is reported and keylessd serves without it. */
 static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
@@ -105,6 +174,14 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
         start_tracing(x, cfg);
     if (!cfg->router_table || !*cfg->router_table)
         return true;
+    /* the table and the router's certificate, as --check reports them */
+    kl_problems p = {0};
+    kl_ext_check_router(cfg, &p);
+    if (p.errors) {
+        kl_error("not starting: fix the routing problems above, then check "
+                 "with keylessd --check");
+        return false;
+    }
     kl_router_opts o = router_opts(cfg);
     o.tracer = x->tracer;
     char err[1024];

@@ -22,6 +22,7 @@
 #include "metrics/metrics.h"
 #include "metrics/trace.h"
 #include "router/router.h"
+#include "server/daemon.h"
 #include "server/server.h"
 
 typedef struct kl_daemon_ext {
@@ -41,6 +42,12 @@ typedef struct kl_daemon_ext {
  * (router_table set). false when the router cannot start (the reason is
  * logged): keylessd then does not start. */
 bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg);
+/* With router_table set: the table as a start loads it (dns: names
+ * resolved), and, when it names remotes, the certificate the router
+ * presents to them (tls/certcheck.h, kl_certcheck_client). Each problem is
+ * one log line, counted in p. kl_ext_start refuses to start on an error;
+ * --check reports them. */
+void kl_ext_check_router(const kl_config *cfg, kl_problems *p);
 /* The server listens and its shards run: the HTTP endpoint (a bind
  * failure is logged and keylessd serves anyway, as the reference does),
  * the configured certificates' expiry series, the keys gauge. */

@@ -2,15 +2,21 @@
 /* What keylessd loads from its configuration - the key store and the TLS
  * context - and the two modes that only load: --check and
  * --keystore-debug. Every problem is one log line naming the file. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <libgen.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "core/time.h"
+#include "server/acl.h"
 #include "server/activate.h"
 #include "server/daemon.h"
+#include "server/daemon_ext.h"
 #include "tls/certcheck.h"
 
 static void count(kl_problems *p, int level)
@@ -97,8 +103,14 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
             kl_keystore_free(ks);
             return NULL;
         }
-        kl_warn("skipped (part of) %s #%zu of private_key_stores: %s", what,
-                i + 1, kl_status_str(s));
+        /* the store's own line above is the problem (and counted); in
+         * --check this one only says what happened to it, so that the
+         * summary's count matches the lines that name problems */
+        kl_log(cfg->check ? KL_LOG_INFO : KL_LOG_WARN,
+               "skipped (part of) %s #%zu of private_key_stores: %s", what,
+               i + 1, kl_status_str(s));
+        if (!cfg->check)
+            p->warnings++;
     }
     size_t heap1 = heap_in_use();
     double mib = heap1 > heap0 ? (double)(heap1 - heap0) / 1048576.0 : 0;
@@ -157,9 +169,76 @@ kl_tls_ctx *kl_daemon_load_tls(const kl_config *cfg, kl_problems *p)
     return tls;
 }
 
-int kl_daemon_check(const kl_config *cfg)
+/* An address a start would listen on: numeric IPv4 or IPv6. */
+static void check_address(const char *option, const char *addr, kl_problems *p)
 {
-    kl_problems p = {0};
+    unsigned char buf[16];
+    if (!addr || inet_pton(AF_INET, addr, buf) == 1 ||
+        inet_pton(AF_INET6, addr, buf) == 1)
+        return;
+    kl_error("%s: \"%s\" is not a numeric IPv4 or IPv6 address; use e.g. "
+             "0.0.0.0, 127.0.0.1 or ::",
+             option, addr);
+    p->errors++;
+}
+
+/* pid_file: a start refuses when it cannot create it. */
+static void check_pid_file(const char *path, kl_problems *p)
+{
+    if (!path || !*path)
+        return;
+    char *copy = strdup(path);
+    if (!copy)
+        return;
+    const char *dir = dirname(copy);
+    if (access(dir, W_OK | X_OK) != 0 && errno == ENOENT) {
+        /* systemd creates RuntimeDirectory= (/run/keyless in the packaged
+         * unit) only while the service runs */
+        kl_warn("pid_file %s: its directory %s does not exist; a start "
+                "creates no directory (under systemd, RuntimeDirectory= "
+                "makes it while the service runs)",
+                path, dir);
+        p->warnings++;
+    } else if (access(dir, W_OK | X_OK) != 0) {
+        kl_error("pid_file %s: its directory %s is not writable (%s) for "
+                 "this user; fix the path or the directory's permissions, or "
+                 "unset pid_file",
+                 path, dir, strerror(errno));
+        p->errors++;
+    }
+    free(copy);
+}
+
+/* access_file: a start refuses a file that does not parse. */
+static void check_access_file(const char *path, kl_problems *p)
+{
+    if (!path || !*path)
+        return;
+    char err[512];
+    kl_acl *acl = kl_acl_load(path, err, sizeof err);
+    if (!acl) {
+        kl_error("access_file: %s", err);
+        p->errors++;
+        return;
+    }
+    kl_info("access lists: %zu rule(s) from %s", kl_acl_count(acl), path);
+    kl_acl_free(acl);
+}
+
+int kl_daemon_check(const kl_config *cfg, kl_problems earlier)
+{
+    /* every problem line printed so far (the configuration's, the process
+     * limits') counts: the summary's numbers are the lines above it
+     * (docs/OPERATIONS.md, Modes) */
+    kl_problems p = earlier;
+    check_address("listen_address", cfg->listen_address, &p);
+    if (cfg->metrics_port > 0)
+        check_address("metrics_address",
+                      cfg->metrics_address && *cfg->metrics_address
+                          ? cfg->metrics_address
+                          : NULL,
+                      &p);
+    check_pid_file(cfg->pid_file, &p);
     /* a start would enrol or renew (server/activate.h): the identity
      * files it would write are not checked; kl_activate_check has checked
      * the CA file */
@@ -167,10 +246,27 @@ int kl_daemon_check(const kl_config *cfg)
     kl_tls_ctx *tls = enrols ? NULL : kl_daemon_load_tls(cfg, &p);
     kl_keystore *ks = kl_daemon_load_keys(cfg, true, &p);
     size_t nkeys = ks ? kl_keystore_count(ks) : 0;
-    if (cfg->nstores == 0) {
-        kl_warn("private_key_stores is empty: keylessd would serve no key");
+    bool routing = cfg->router_table && *cfg->router_table;
+    if (nkeys == 0 && routing) {
+        kl_info("no keys: this keylessd only forwards to the remotes of "
+                "router_table");
+    } else if (cfg->nstores == 0) {
+        /* nothing configured yet (e.g. checking the identity first) */
+        kl_warn("private_key_stores is empty: keylessd would serve no key "
+                "and /ready would answer 503; set private_key_stores or "
+                "--private-key-dirs");
         p.warnings++;
+    } else if (nkeys == 0) {
+        /* a start serves, but answers `key not found` to everything and
+         * is never ready (docs/METRICS.md) */
+        kl_error("no private key loads from private_key_stores: keylessd "
+                 "would answer every key operation `key not found` and "
+                 "/ready would answer 503 until keys appear; put the keys "
+                 "(PEM, *.key, mode 0600) in the stores");
+        p.errors++;
     }
+    check_access_file(cfg->access_file, &p);
+    kl_ext_check_router(cfg, &p);
     kl_keystore_free(ks);
     kl_tls_ctx_free(tls);
     if (p.errors) {
@@ -179,9 +275,13 @@ int kl_daemon_check(const kl_config *cfg)
                  p.errors, p.warnings, nkeys);
         return 1;
     }
-    kl_info("configuration OK: %zu keys, auth_cert %s, CA %s%s", nkeys,
-            cfg->auth_cert, cfg->cloudflare_ca_cert,
-            p.warnings ? " (see the warnings above)" : "");
+    if (p.warnings)
+        kl_info("configuration OK: %zu keys, auth_cert %s, CA %s; %zu "
+                "warning(s) above",
+                nkeys, cfg->auth_cert, cfg->cloudflare_ca_cert, p.warnings);
+    else
+        kl_info("configuration OK: %zu keys, auth_cert %s, CA %s", nkeys,
+                cfg->auth_cert, cfg->cloudflare_ca_cert);
     return 0;
 }
 

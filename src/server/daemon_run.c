@@ -81,6 +81,7 @@ static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
     kl_server_opts so = {
         .listen_address = cfg->listen_address,
         .port = (uint16_t)cfg->port,
+        .share_port = cfg->listen_reuseport,
         .shards = cfg->shards,
         .tls = tls,
         .keys = ks,

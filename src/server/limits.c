@@ -79,41 +79,49 @@ static long somaxconn(void)
     return n;
 }
 
-static void check_backlog(void)
+static size_t check_backlog(void)
 {
     long n = somaxconn();
-    if (n >= 0 && n < BACKLOG_WANTED)
-        kl_warn("net.core.somaxconn is %ld: past max_handshaking, new "
-                "connections wait in each listener's backlog, which holds "
-                "at most that many; beyond it the kernel drops them and "
-                "clients retry a second later. Set it to %d or more "
-                "(sysctl -w net.core.somaxconn=%d; docs/OPERATIONS.md, "
-                "Connection limits)",
-                n, BACKLOG_WANTED, BACKLOG_WANTED);
+    if (n < 0 || n >= BACKLOG_WANTED)
+        return 0;
+    kl_warn("net.core.somaxconn is %ld: past max_handshaking, new "
+            "connections wait in each listener's backlog, which holds "
+            "at most that many; beyond it the kernel drops them and "
+            "clients retry a second later. Set it to %d or more "
+            "(sysctl -w net.core.somaxconn=%d; docs/OPERATIONS.md, "
+            "Connection limits)",
+            n, BACKLOG_WANTED, BACKLOG_WANTED);
+    return 1;
 }
 
-void kl_limits_process_setup(bool allow_core_dumps, size_t max_connections)
+size_t kl_limits_process_setup(bool allow_core_dumps, size_t max_connections)
 {
+    size_t warned = 0;
     if (!allow_core_dumps) {
         /* A core file holds every key in memory; so does a ptrace attach
          * by a process of the same user. PR_SET_DUMPABLE 0 stops both;
          * RLIMIT_CORE 0 also covers a later setuid/exec that would reset
          * dumpability. */
         struct rlimit none = {0, 0};
-        if (setrlimit(RLIMIT_CORE, &none) != 0)
+        if (setrlimit(RLIMIT_CORE, &none) != 0) {
             kl_warn("cannot disable core dumps (RLIMIT_CORE): %s",
                     strerror(errno));
-        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+            warned++;
+        }
+        if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
             kl_warn("cannot disable core dumps (PR_SET_DUMPABLE): %s",
                     strerror(errno));
+            warned++;
+        }
     } else {
         kl_warn("allow_core_dumps is set: a core dump of keylessd contains "
                 "the private keys it serves");
+        warned++;
     }
-    check_backlog();
+    warned += check_backlog();
     struct rlimit fds;
     if (getrlimit(RLIMIT_NOFILE, &fds) != 0)
-        return;
+        return warned;
     if (fds.rlim_cur < fds.rlim_max) {
         rlim_t was = fds.rlim_cur;
         fds.rlim_cur = fds.rlim_max;
@@ -122,15 +130,19 @@ void kl_limits_process_setup(bool allow_core_dumps, size_t max_connections)
                     (unsigned long long)was, (unsigned long long)fds.rlim_max,
                     strerror(errno));
             fds.rlim_cur = was;
+            warned++;
         }
     }
     if (fds.rlim_cur != RLIM_INFINITY &&
-        fds.rlim_cur < (rlim_t)max_connections + FD_MARGIN)
+        fds.rlim_cur < (rlim_t)max_connections + FD_MARGIN) {
         kl_warn("the open-file limit (%llu) is below max_connections (%zu) "
                 "plus %u for keylessd's own files: connections beyond it are "
                 "refused by accept(); raise LimitNOFILE (systemd) or ulimit "
                 "-n, or lower max_connections",
                 (unsigned long long)fds.rlim_cur, max_connections, FD_MARGIN);
+        warned++;
+    }
+    return warned;
 }
 
 /* Counts up unless at the cap (a CAS loop: shards admit concurrently). */

@@ -19,8 +19,8 @@ typedef struct kl_conn kl_conn;
  * and PR_SET_DUMPABLE 0) unless allow_core_dumps; RLIMIT_NOFILE soft limit
  * raised to the hard limit, with a warning when that cannot hold
  * max_connections plus a margin. Each step is logged when it fails; none is
- * fatal. */
-void kl_limits_process_setup(bool allow_core_dumps, size_t max_connections);
+ * fatal. Returns the number of warnings logged (--check counts them). */
+size_t kl_limits_process_setup(bool allow_core_dumps, size_t max_connections);
 
 /* Where a connection comes from, for max_handshaking_per_source: the
  * client's IPv4 address, or the /64 of its IPv6 address (one host usually

@@ -61,31 +61,102 @@ static int usable_cpus(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* One listening socket per shard on the same address (SO_REUSEPORT): the
- * kernel spreads new connections over the shards without a shared accept
- * lock. */
-static int listen_on(const char *addr, uint16_t port, char *err, size_t errlen)
+/* listen_address and port as a socket address; false (err says why) when
+ * the address is not numeric. */
+static bool sock_addr(const char *addr, uint16_t port,
+                      struct sockaddr_storage *ss, socklen_t *len, char *err,
+                      size_t errlen)
 {
-    struct sockaddr_storage ss;
-    socklen_t len;
-    memset(&ss, 0, sizeof ss);
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
     if (inet_pton(AF_INET, addr, &a4->sin_addr) == 1) {
         a4->sin_family = AF_INET;
         a4->sin_port = htons(port);
-        len = sizeof *a4;
-    } else if (inet_pton(AF_INET6, addr, &a6->sin6_addr) == 1) {
+        *len = sizeof *a4;
+        return true;
+    }
+    if (inet_pton(AF_INET6, addr, &a6->sin6_addr) == 1) {
         a6->sin6_family = AF_INET6;
         a6->sin6_port = htons(port);
-        len = sizeof *a6;
-    } else {
+        *len = sizeof *a6;
+        return true;
+    }
+    snprintf(err, errlen,
+             "listen_address: \"%s\" is not a numeric IPv4 or IPv6 "
+             "address; use e.g. 0.0.0.0, 127.0.0.1 or ::",
+             addr);
+    return false;
+}
+
+static void say_in_use(const struct sockaddr_storage *ss, const char *addr,
+                       uint16_t port, bool share, char *err, size_t errlen)
+{
+    const char *v6 = ss->ss_family == AF_INET6 ? "[" : "";
+    if (share) {
         snprintf(err, errlen,
-                 "listen_address: \"%s\" is not a numeric IPv4 or IPv6 "
-                 "address; use e.g. 0.0.0.0, 127.0.0.1 or ::",
-                 addr);
+                 "cannot listen on %s%s%s:%u: address already in use, "
+                 "although listen_reuseport is set: the process there does "
+                 "not share its port (only a keylessd of the same user does); "
+                 "stop it or change port",
+                 v6, addr, *v6 ? "]" : "", port);
+        return;
+    }
+    snprintf(err, errlen,
+             "cannot listen on %s%s%s:%u: address already in use: another "
+             "process is listening on port %u; stop it, change port, or set "
+             "listen_reuseport: true to share the port for a handover "
+             "(docs/OPERATIONS.md, \"Handover\")",
+             v6, addr, *v6 ? "]" : "", port, port);
+}
+
+/* Whether another process holds the port (docs/OPERATIONS.md,
+ * "Handover"): a probe socket without SO_REUSEPORT cannot bind where any
+ * socket listens or is bound, whatever options that one set, while
+ * SO_REUSEADDR lets it past connections of an earlier keylessd still in
+ * TIME_WAIT. Returns 0 when the port is free, 1 when taken (err says so),
+ * -1 on another error. The probe is closed again: the shards' sockets
+ * bind next, with SO_REUSEPORT among themselves. */
+static int port_taken(const struct sockaddr_storage *ss, socklen_t len,
+                      const char *addr, uint16_t port, char *err, size_t errlen)
+{
+    int fd =
+        socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create a socket: %s", strerror(errno));
         return -1;
     }
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ss->ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    int rc = 0;
+    if (bind(fd, (const struct sockaddr *)ss, len) != 0) {
+        if (errno == EADDRINUSE) {
+            say_in_use(ss, addr, port, false, err, errlen);
+            rc = 1;
+        } else {
+            snprintf(err, errlen, "cannot listen on %s%s%s:%u: %s",
+                     ss->ss_family == AF_INET6 ? "[" : "", addr,
+                     ss->ss_family == AF_INET6 ? "]" : "", port,
+                     strerror(errno));
+            rc = -1;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+/* One listening socket per shard on the same address (SO_REUSEPORT): the
+ * kernel spreads new connections over the shards without a shared accept
+ * lock. */
+static int listen_on(const char *addr, uint16_t port, bool share, char *err,
+                     size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (!sock_addr(addr, port, &ss, &len, err, errlen))
+        return -1;
     int fd =
         socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -103,12 +174,13 @@ static int listen_on(const char *addr, uint16_t port, char *err, size_t errlen)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     if (bind(fd, (struct sockaddr *)&ss, len) != 0 ||
         listen(fd, KL_LISTEN_BACKLOG) != 0) {
-        snprintf(err, errlen, "cannot listen on %s%s%s:%u: %s%s",
-                 ss.ss_family == AF_INET6 ? "[" : "", addr,
-                 ss.ss_family == AF_INET6 ? "]" : "", port, strerror(errno),
-                 errno == EADDRINUSE ? " (another server on this port? change "
-                                       "port or stop it)"
-                                     : "");
+        if (errno == EADDRINUSE)
+            say_in_use(&ss, addr, port, share, err, errlen);
+        else
+            snprintf(err, errlen, "cannot listen on %s%s%s:%u: %s",
+                     ss.ss_family == AF_INET6 ? "[" : "", addr,
+                     ss.ss_family == AF_INET6 ? "]" : "", port,
+                     strerror(errno));
         close(fd);
         return -1;
     }
@@ -169,6 +241,20 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
     }
     srv->port = o->port;
     srv->ncpus = usable_cpus();
+    /* Another process on the port is refused unless listen_reuseport asks
+     * to share it (docs/OPERATIONS.md, "Handover"); with port 0 the kernel
+     * picks a free one. */
+    if (!o->share_port && o->port != 0) {
+        struct sockaddr_storage ss;
+        socklen_t len;
+        if (!sock_addr(srv->listen_address, srv->port, &ss, &len, err,
+                       errlen) ||
+            port_taken(&ss, len, srv->listen_address, srv->port, err, errlen) !=
+                0) {
+            kl_server_free(srv);
+            return NULL;
+        }
+    }
     for (int i = 0; i < srv->o.shards; i++) {
         kl_shard *s = &srv->shards[i];
         if (kl_shard_init(s, srv, i, err, errlen) != KL_OK) {
@@ -176,7 +262,8 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
             return NULL;
         }
         srv->nshards++;
-        s->listen_fd = listen_on(srv->listen_address, srv->port, err, errlen);
+        s->listen_fd = listen_on(srv->listen_address, srv->port, o->share_port,
+                                 err, errlen);
         if (s->listen_fd < 0) {
             kl_server_free(srv);
             return NULL;

@@ -38,6 +38,7 @@ typedef struct kl_server_delay {
 typedef struct kl_server_opts {
     const char *listen_address;     /* numeric IPv4 or IPv6 */
     uint16_t port;                  /* 0: an ephemeral port (tests) */
+    bool share_port;                /* listen_reuseport */
     int shards;                     /* 0: number of CPUs */
     kl_tls_ctx *tls;                /* server context: owned by the server
                                        once kl_server_new succeeded */

@@ -307,6 +307,84 @@ int kl_certcheck_identity(const kl_certcheck *c)
     return x.errors;
 }
 
+/* ---- the router's client identity ---- */
+
+/* What a client certificate lacks (usage), in words; "" when usable. */
+static const char *client_usage_problem(X509 *leaf)
+{
+    uint32_t xku = X509_get_extended_key_usage(leaf);
+    if (xku != UINT32_MAX && !(xku & XKU_SSL_CLIENT))
+        return (xku & XKU_SSL_SERVER) ? "its extendedKeyUsage is serverAuth "
+                                        "without clientAuth"
+                                      : "its extendedKeyUsage lacks clientAuth";
+    uint32_t ku = X509_get_key_usage(leaf);
+    if (ku != UINT32_MAX && !(ku & KU_DIGITAL_SIGNATURE))
+        return "its keyUsage lacks digitalSignature";
+    return "";
+}
+
+int kl_certcheck_client(const kl_client_certcheck *c)
+{
+    ctx x = {.c = &(kl_certcheck){.report = c->report, .arg = c->arg}};
+    char what[1400];
+    snprintf(what, sizeof what, "%s %s%s", c->cert_option, c->cert_file,
+             c->cert_note ? c->cert_note : "");
+    kl_scan s;
+    kl_scan_file(c->cert_file, &s);
+    if (s.open_errno || s.ncerts == 0 || s.der_cert) {
+        say(&x, KL_LOG_ERROR,
+            "%s: %s%s, so remote key servers cannot be reached. Set %s to "
+            "the PEM certificate the router presents to them",
+            what, s.open_errno ? "cannot read: " : "holds ",
+            s.open_errno ? strerror(s.open_errno)
+            : s.der_cert ? "a DER certificate (keylessd reads PEM)"
+                         : holds(&s),
+            c->cert_option);
+        kl_scan_free(&s);
+        return x.errors;
+    }
+    X509 *leaf = s.certs[0];
+    const char *usage = client_usage_problem(leaf);
+    if (*usage)
+        say(&x, KL_LOG_ERROR,
+            "%s cannot be used as a TLS client certificate: %s, so remote "
+            "key servers refuse it (\"unsuitable certificate purpose\") and "
+            "every forwarded request fails. %s",
+            what, usage, c->fix);
+    long long now = c->now ? c->now : (long long)time(NULL);
+    char na[64];
+    long long ta = 0;
+    if (kl_scan_time(X509_get0_notAfter(leaf), na, sizeof na, &ta) && now > ta)
+        say(&x, KL_LOG_ERROR,
+            "%s expired on %s, so remote key servers refuse it. %s", what, na,
+            c->fix);
+    if (c->key_file) {
+        EVP_PKEY *pkey = NULL;
+        FILE *f = fopen(c->key_file, "r");
+        if (f) {
+            pkey = PEM_read_PrivateKey(f, NULL, NULL, NULL);
+            fclose(f);
+        }
+        ERR_clear_error();
+        if (!pkey)
+            say(&x, KL_LOG_ERROR,
+                "%s %s: %s; set it to the private key of %s (PEM, "
+                "unencrypted)",
+                c->key_option, c->key_file,
+                f ? "not a readable PEM private key" : "cannot read",
+                c->cert_file);
+        else if (X509_check_private_key(leaf, pkey) != 1)
+            say(&x, KL_LOG_ERROR,
+                "%s does not match %s %s: use the key the certificate was "
+                "issued for",
+                what, c->key_option, c->key_file);
+        ERR_clear_error();
+        EVP_PKEY_free(pkey);
+    }
+    kl_scan_free(&s);
+    return x.errors;
+}
+
 /* ---- certificates in key directories ---- */
 
 static int walk(const char *dir, int depth, kl_cert_report_fn report, void *arg)

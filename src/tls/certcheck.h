@@ -41,4 +41,22 @@ int kl_certcheck_identity(const kl_certcheck *c);
  * walks). Returns the number of warnings. */
 int kl_certcheck_key_dir(const char *dir, kl_cert_report_fn report, void *arg);
 
+/* The certificate a TLS client presents (the router's identity toward
+ * remote key servers, docs/ROUTING.md "The router's certificate"): it is
+ * readable PEM, usable for client authentication (extendedKeyUsage absent
+ * or with clientAuth; keyUsage absent or with digitalSignature), not
+ * expired, and matches its key. Messages name cert_option and the file
+ * (cert_note, e.g. " (router_cert is unset)", follows the file name) and
+ * end with fix where the certificate must be replaced. Returns the number
+ * of errors reported. */
+typedef struct kl_client_certcheck {
+    const char *cert_option, *cert_file, *cert_note;
+    const char *key_option, *key_file; /* key_file NULL: not checked */
+    const char *fix;
+    long long now; /* seconds since 1970; 0: the current time */
+    kl_cert_report_fn report;
+    void *arg;
+} kl_client_certcheck;
+int kl_certcheck_client(const kl_client_certcheck *c);
+
 #endif

@@ -372,6 +372,32 @@ static void test_threads(void **state)
     free(out);
 }
 
+/* Without -op the key says what to do, as with keyless-cli: rsa-sha256
+ * for an RSA key, ed25519 for an Ed25519 one, ecdsa-sha256 for EC - each
+ * answer verified against the key. */
+static void test_op_from_key(void **state)
+{
+    (void)state;
+    const char *keys[] = {rsa, ed, p256};
+    const char *ops[] = {"rsa-sha256", "ed25519", "ecdsa-sha256"};
+    for (size_t i = 0; i < 3; i++) {
+        char *out = NULL;
+        const char *a[] = {"-server", server,      "-pubkey",
+                           keys[i],   "-duration", "300ms",
+                           "-verify", "-json",     NULL};
+        run_ok(&out, a);
+        json_t *j = parse_json(out);
+        char *text = json_dumps(j, JSON_COMPACT);
+        if (!strstr(text, ops[i]))
+            fail_msg("%s: no %s in:\n%s", keys[i], ops[i], text);
+        assert_true(jnum(j, "operations") > 0);
+        assert_int_equal(jnum(j, "errors"), 0);
+        free(text);
+        json_decref(j);
+        free(out);
+    }
+}
+
 static void test_idle_connections(void **state)
 {
     char *out = NULL;
@@ -537,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_stopped_run_is_flagged),
         cmocka_unit_test(test_mix_verified),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_op_from_key),
         cmocka_unit_test(test_idle_connections),
         cmocka_unit_test(test_unknown_key_counts_errors),
         cmocka_unit_test(test_ski_file),

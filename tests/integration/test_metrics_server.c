@@ -349,12 +349,17 @@ static void start_routing(td_daemon *d, const char *name, const char *dir,
              "eu, serves: [%s]}\n",
              tn_free_port(), tp_ski_hex(far));
     fp_write_file(table, text);
-    static char a_table[1200], a_port[64];
+    static char a_table[1200], a_port[64], a_cert[1200], a_key[1200];
     snprintf(a_table, sizeof a_table, "--router-table=%s", table);
+    /* the router's identity toward remotes is a client certificate
+     * (docs/ROUTING.md) */
+    snprintf(a_cert, sizeof a_cert, "--router-cert=%s", tp_path("client.crt"));
+    snprintf(a_key, sizeof a_key, "--router-key=%s", tp_path("client.key"));
     *mp = tn_free_port();
     snprintf(a_port, sizeof a_port, "--metrics-port=%u", *mp);
-    const char *flags[] = {"--metrics-address=127.0.0.1", a_table,
-                           "--router-ping-interval=100ms", a_port, NULL};
+    const char *flags[] = {
+        "--metrics-address=127.0.0.1",  a_table, a_cert, a_key,
+        "--router-ping-interval=100ms", a_port,  NULL};
     rs_start(d, name, dir, NULL, flags);
     rs_wait_log(d, "metrics: http://127.0.0.1:", 1, 5000);
     rs_wait_log(d, "router: remote gone is down", 1, 5000);

@@ -173,7 +173,7 @@ static bool try_start(td_daemon *d, const td_opts *o, bool *port_taken)
     int n = 0;
 
     *port_taken = false;
-    d->port = free_port();
+    d->port = o->port ? o->port : free_port();
     snprintf(bin, sizeof bin, "%s/keylessd", tu_bin_dir());
     snprintf(port, sizeof port, "%u", d->port);
     snprintf(a_port, sizeof a_port, "--port=%s", port);

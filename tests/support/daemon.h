@@ -31,6 +31,7 @@ typedef struct td_opts {
      * server.key and ca.crt */
     const char *cert, *key, *ca;
     int shards, workers; /* 0: 2 each (small, but still threaded) */
+    uint16_t port;       /* 0: a free loopback port */
 } td_opts;
 
 /* Starts keylessd and waits (bounded) until it accepts TCP connections.

@@ -354,7 +354,8 @@ static void test_unknown_key_is_warning(void **state)
     assert_int_equal(cfg->port, 1234);
     assert_int_equal(cfg->nwarnings, 3);
     assert_string_equal(cfg->warnings[0],
-                        "g.yaml:2: unknown option \"hostnme\" ignored");
+                        "g.yaml:2: unknown option \"hostnme\" ignored (did "
+                        "you mean \"hostname\"?)");
     assert_string_equal(cfg->warnings[1], "g.yaml:5: private_key_stores: "
                                           "unknown entry key \"weird\" "
                                           "ignored");
@@ -362,6 +363,49 @@ static void test_unknown_key_is_warning(void **state)
     assert_string_equal(cfg->warnings[2],
                         "g.yaml:6: unknown option \"test_delay\" ignored");
     assert_null(cfg->test_delay);
+    kl_config_free(cfg);
+
+    /* a misspelt entry key: the nearest of dir, file, uri */
+    cfg = kl_config_new();
+    text = "private_key_stores:\n  - dir: /k\n    fiel: /x\n";
+    assert_int_equal(kl_config_apply_yaml(cfg, "g.yaml", (const uint8_t *)text,
+                                          strlen(text), errbuf, sizeof errbuf),
+                     KL_OK);
+    assert_int_equal(cfg->nwarnings, 1);
+    assert_string_equal(cfg->warnings[0],
+                        "g.yaml:3: private_key_stores: unknown entry key "
+                        "\"fiel\" ignored (did you mean \"file\"?)");
+    kl_config_free(cfg);
+}
+
+/* --check collects every value that does not parse (file, environment,
+ * flags) and goes on; a start stops at the first. */
+static void test_check_collects_every_error(void **state)
+{
+    const char *path = write_tmp("many.yaml", "port: 99999\n"
+                                              "idle_timeout: forever\n"
+                                              "loglevel: 2\n");
+    char *const env[] = {"KEYLESS_SHARDS=abc", NULL};
+    kl_config *cfg = kl_config_new();
+    assert_int_equal(
+        load_args(cfg, env, "-c", path, "--workers=-5", "--check", NULL),
+        KL_OK);
+    assert_int_equal(cfg->nerrors, 4);
+    assert_non_null(strstr(cfg->errors[0], "many.yaml:1: port: 99999 is out "
+                                           "of range 1..65535"));
+    assert_non_null(strstr(cfg->errors[1], "many.yaml:2: idle_timeout: "));
+    assert_non_null(strstr(cfg->errors[2], "environment KEYLESS_SHARDS: "));
+    assert_non_null(strstr(cfg->errors[3], "flag --workers=-5: "));
+    /* the good values still apply; the bad ones keep their defaults */
+    assert_int_equal(cfg->loglevel, 2);
+    assert_int_equal(cfg->port, 2407);
+    kl_config_free(cfg);
+
+    cfg = kl_config_new();
+    assert_int_equal(load_args(cfg, env, "-c", path, "--workers=-5", NULL),
+                     KL_E_CONFIG);
+    assert_non_null(strstr(errbuf, "many.yaml:1: port: 99999"));
+    assert_int_equal(cfg->nerrors, 0);
     kl_config_free(cfg);
 }
 
@@ -385,6 +429,14 @@ static void test_flag_and_env_errors(void **state)
     kl_config *cfg = kl_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--bogus", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag --bogus; see --help");
+    kl_config_free(cfg);
+
+    /* a misspelt flag: the nearest one (core/suggest.h) */
+    cfg = kl_config_new();
+    assert_int_equal(load_args(cfg, tc_no_env, "--listen-adress=::", NULL),
+                     KL_E_CONFIG);
+    assert_string_equal(errbuf, "unknown flag --listen-adress; did you mean "
+                                "--listen-address? see --help");
     kl_config_free(cfg);
 
     cfg = kl_config_new();
@@ -513,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_yaml_errors),
         cmocka_unit_test(test_malformed_yaml_line),
         cmocka_unit_test(test_unknown_key_is_warning),
+        cmocka_unit_test(test_check_collects_every_error),
         cmocka_unit_test(test_empty_and_null),
         cmocka_unit_test(test_flag_and_env_errors),
         cmocka_unit_test(test_test_delay),

@@ -268,6 +268,45 @@ static void test_load_file(void **state)
     assert_non_null(strstr(err, "/nonexistent/routes.yaml: cannot open"));
 }
 
+/* Unknown names are named as unknown, with the nearest valid one when the
+ * name looks misspelt - never as a complaint about their value (a
+ * misspelt `serves:` holds a list: it was reported as "servers: serve must
+ * be a single value"). */
+static void test_unknown_names(void **state)
+{
+    (void)state;
+    parse_bad("servers:\n  - {name: x, address: a, region: eu, serve: [" SKI_A
+              "]}\n",
+              2,
+              "servers: unknown field \"serve\"; did you mean \"serves\"? a "
+              "server has name, address or dns, region, priority and serves");
+    parse_bad("servers:\n  - name: x\n    address: a\n    region: eu\n"
+              "    serve:\n      - " SKI_A "\n",
+              5, "unknown field \"serve\"; did you mean \"serves\"?");
+    parse_bad("servers:\n  - {name: x, adress: a, region: eu, serves: []}\n", 2,
+              "unknown field \"adress\"; did you mean \"address\"?");
+    parse_bad("servers:\n  - {name: x, address: a, Region: eu, serves: []}\n",
+              2, "unknown field \"Region\"; did you mean \"region\"?");
+    parse_bad("server:\n  - {name: x, address: a, region: eu, serves: []}\n", 1,
+              "unknown section \"server\"; did you mean \"servers\"? a "
+              "routing table has");
+    parse_bad("key_sets:\n  p: {ski: [" SKI_A "]}\n", 2,
+              "key_sets: p: unknown field \"ski\"; did you mean \"skis\"?");
+    parse_bad("keys:\n  " SKI_A ": {region: [eu]}\n", 2,
+              "unknown field \"region\"; did you mean \"regions\"?");
+    /* nothing near: no guess */
+    const char *text = "servers:\n  - {name: x, color: red, address: a, "
+                       "region: eu, serves: []}\n";
+    parse_bad(text, 2, "servers: unknown field \"color\"; a server has");
+    kl_rt_table *t = NULL;
+    char err[512] = "";
+    assert_int_equal(kl_rt_table_parse("routes.yaml", (const uint8_t *)text,
+                                       strlen(text), NULL, NULL, &t, err,
+                                       sizeof err),
+                     KL_E_CONFIG);
+    assert_null(strstr(err, "did you mean"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -275,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_override_code_one_and_empty),
         cmocka_unit_test(test_dns_entries),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_unknown_names),
         cmocka_unit_test(test_load_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
