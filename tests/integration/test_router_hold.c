@@ -143,13 +143,17 @@ static void test_far_answers_batched(void **state)
 }
 
 /* On loopback (~0.2 ms round trip) 1% is microseconds: each answer is
- * flushed in the router turn that read it. */
+ * flushed in the router turn that read it. What shows it is the wait from
+ * answer to flush (a held answer waits ~1 ms here, as in the far case),
+ * not the number of flushes: answers that arrive together are read in one
+ * turn and flushed once, and how often that happens depends on the
+ * scheduler (under ASan half of them came in pairs). */
 static void test_near_answers_not_held(void **state)
 {
     (void)state;
     result r = run(0, 1.0, 1000);
-    assert_true(r.flushes >= r.answers * 3 / 4);
-    assert_true(r.median_wait_ms <= 0.2);
+    assert_true(r.flushes >= r.answers / 4);
+    assert_true(r.median_wait_ms <= 0.5);
 }
 
 /* Hold off (answer_hold_max_us < 0): a far remote's answers are not
@@ -158,8 +162,8 @@ static void test_hold_off(void **state)
 {
     (void)state;
     result r = run(50, 1.0, -1);
-    assert_true(r.flushes >= r.answers * 3 / 4);
-    assert_true(r.median_wait_ms <= 0.2);
+    assert_true(r.flushes >= r.answers / 4);
+    assert_true(r.median_wait_ms <= 0.5);
 }
 
 int main(void)
