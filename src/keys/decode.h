@@ -78,6 +78,11 @@ KL_WUR kl_status kl_key_check_pair(kl_pair_cache *c, EVP_PKEY *pkey,
                                    size_t whylen);
 
 /* What the outer DER structure of a buffer looks like. */
+/* DER length octets (short or long form) for n into p; returns how many
+ * were written (at most 9). der.c; ski.c builds SubjectPublicKeyInfo with
+ * it. */
+size_t kl_der_put_len(uint8_t *p, size_t n);
+
 typedef enum kl_der_kind {
     KL_DER_UNKNOWN = 0,
     KL_DER_PKCS8,           /* PrivateKeyInfo / OneAsymmetricKey */

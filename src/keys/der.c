@@ -109,8 +109,7 @@ kl_der_kind kl_der_classify(const uint8_t *der, size_t len, const uint8_t **oid,
     return KL_DER_UNKNOWN;
 }
 
-/* DER length octets (short or long form) for n into p; returns the count. */
-static size_t put_len(uint8_t *p, size_t n)
+size_t kl_der_put_len(uint8_t *p, size_t n)
 {
     if (n < 0x80) {
         p[0] = (uint8_t)n;
@@ -161,7 +160,7 @@ kl_status kl_der_p8_v2_split(const uint8_t *der, size_t len, uint8_t *out,
     size_t body = 3 + (size_t)(keep_end - keep); /* INTEGER 0 + the rest */
     uint8_t hdr[8];
     hdr[0] = ASN1_SEQUENCE_TAG;
-    size_t hlen = 1 + put_len(hdr + 1, body);
+    size_t hlen = 1 + kl_der_put_len(hdr + 1, body);
     if (hlen + body > len)
         return KL_E_NOT_FOUND; /* cannot happen: v1 is shorter */
     memcpy(out, hdr, hlen);

@@ -12,6 +12,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "keys/decode.h"
 #include "keys/keystore.h"
 
 static kl_status sha1(const uint8_t *p, size_t n, uint8_t out[KL_SKI_LEN])
@@ -23,22 +24,6 @@ static kl_status sha1(const uint8_t *p, size_t n, uint8_t out[KL_SKI_LEN])
     return KL_OK;
 }
 
-/* DER length octets for n; returns how many were written (at most 5). */
-static size_t der_len(uint8_t *p, size_t n)
-{
-    if (n < 0x80) {
-        p[0] = (uint8_t)n;
-        return 1;
-    }
-    size_t bytes = 0;
-    for (size_t t = n; t; t >>= 8)
-        bytes++;
-    p[0] = (uint8_t)(0x80 | bytes);
-    for (size_t i = 0; i < bytes; i++)
-        p[1 + i] = (uint8_t)(n >> (8 * (bytes - 1 - i)));
-    return 1 + bytes;
-}
-
 /* DER INTEGER of a non-negative BIGNUM: minimal bytes, with a 0x00 prefix
  * when the top bit is set (and a single 0x00 for zero). */
 static size_t der_uint(uint8_t *p, const BIGNUM *bn)
@@ -47,7 +32,7 @@ static size_t der_uint(uint8_t *p, const BIGNUM *bn)
     size_t pad = BN_num_bits(bn) % 8 == 0 ? 1 : 0;
     size_t off = 0;
     p[off++] = 0x02;
-    off += der_len(p + off, (size_t)nb + pad);
+    off += kl_der_put_len(p + off, (size_t)nb + pad);
     if (pad)
         p[off++] = 0;
     off += (size_t)BN_bn2bin(bn, p + off);
@@ -74,7 +59,7 @@ static kl_status rsa_ski(EVP_PKEY *pkey, uint8_t out[KL_SKI_LEN])
     ilen += der_uint(ints + ilen, e);
     uint8_t hdr[6];
     hdr[0] = 0x30;
-    size_t hlen = 1 + der_len(hdr + 1, ilen);
+    size_t hlen = 1 + kl_der_put_len(hdr + 1, ilen);
     memcpy(ints - hlen, hdr, hlen);
     s = sha1(ints - hlen, hlen + ilen, out);
 out:

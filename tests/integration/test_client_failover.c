@@ -6,6 +6,7 @@
  * found out by the idle ping - and idle pings keep a healthy pooled
  * connection without reconnecting. */
 #include "daemon.h"
+#include "net.h"
 #include "pki.h"
 #include "testutil.h"
 
@@ -77,25 +78,12 @@ static void pump(kl_target *t, int ms)
     assert_int_equal(kl_async_process(t), KL_OK);
 }
 
-/* A loopback port nobody listens on. */
-static uint16_t dead_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void test_refused_server_is_skipped(void **state)
 {
     td_daemon b;
     start(&b, "failover-b");
     char first[32], second[32];
-    snprintf(first, sizeof first, "127.0.0.1:%u", (unsigned)dead_port());
+    snprintf(first, sizeof first, "127.0.0.1:%u", (unsigned)tn_free_port());
     snprintf(second, sizeof second, "127.0.0.1:%u", (unsigned)b.port);
     const char *servers[] = {first, second};
     td_addrs addrs;
@@ -127,7 +115,7 @@ static void test_connect_ahead(void **state)
     td_daemon b;
     start(&b, "failover-c");
     char dead[32], live[32];
-    snprintf(dead, sizeof dead, "127.0.0.1:%u", (unsigned)dead_port());
+    snprintf(dead, sizeof dead, "127.0.0.1:%u", (unsigned)tn_free_port());
     snprintf(live, sizeof live, "127.0.0.1:%u", (unsigned)b.port);
     const char *servers[] = {dead, live};
     td_addrs addrs;
@@ -183,8 +171,8 @@ static void test_all_refused_fails_fast(void **state)
 {
     (void)state;
     char d1[32], d2[32];
-    snprintf(d1, sizeof d1, "127.0.0.1:%u", (unsigned)dead_port());
-    snprintf(d2, sizeof d2, "127.0.0.1:%u", (unsigned)dead_port());
+    snprintf(d1, sizeof d1, "127.0.0.1:%u", (unsigned)tn_free_port());
+    snprintf(d2, sizeof d2, "127.0.0.1:%u", (unsigned)tn_free_port());
     const char *servers[] = {d1, d2};
     kl_target_opts o = {.servers = servers,
                         .cert_file = tp_path("client.crt"),

@@ -4,14 +4,11 @@
  * at once: the request goes to the next route or is answered with an
  * error (docs/ROUTING.md "Moving on"). */
 #include "../tools/rtharness.h"
+#include "net.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 static char *tmp;
 
@@ -30,20 +27,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A loopback port nothing listens on: bound, then closed. */
-static uint16_t dead_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void test_refused_route_answers_at_once(void **state)
 {
     (void)state;
@@ -56,7 +39,7 @@ static void test_refused_route_answers_at_once(void **state)
     snprintf(text, sizeof text,
              "servers:\n  - {name: gone, address: \"127.0.0.1:%u\", region: "
              "eu, serves: [%s]}\n",
-             (unsigned)dead_port(), tp_ski_hex(ski));
+             (unsigned)tn_free_port(), tp_ski_hex(ski));
     fp_write_file(table, text);
     kl_router_opts o = rh_opts(table);
     o.timeout_floor_ms = 2000; /* a timeout would be plain to see */

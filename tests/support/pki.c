@@ -257,23 +257,40 @@ static void add_ext(X509 *x, X509 *issuer, int nid, const char *value)
     X509_EXTENSION_free(e);
 }
 
+/* The test PKI's CA `ca` ("ca" or "other-ca"): its certificate and key. */
+static void load_ca(const char *ca, X509 **cert, EVP_PKEY **key)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "%s.crt", ca);
+    *cert = read_cert(tp_path(rel));
+    snprintf(rel, sizeof rel, "%s.key", ca);
+    FILE *f = fopen(tp_path(rel), "r");
+    assert_non_null(f);
+    *key = PEM_read_PrivateKey(f, NULL, NULL, NULL);
+    fclose(f);
+    assert_non_null(*key);
+}
+
+/* dir/name.crt from x, then x freed. */
+static void write_cert(const char *dir, const char *name, X509 *x)
+{
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s.crt", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(PEM_write_X509(f, x), 1);
+    assert_int_equal(fclose(f), 0);
+    X509_free(x);
+}
+
 void tp_issue_client_raw(const char *dir, const char *name, const char *ca,
                          const void *cn, size_t cnlen, const void *dns,
                          size_t dnslen)
 {
-    char rel[128], path[1100];
-    snprintf(rel, sizeof rel, "%s.crt", ca);
-    FILE *f = fopen(tp_path(rel), "r");
-    assert_non_null(f);
-    X509 *cacert = PEM_read_X509(f, NULL, NULL, NULL);
-    fclose(f);
-    snprintf(rel, sizeof rel, "%s.key", ca);
-    f = fopen(tp_path(rel), "r");
-    assert_non_null(f);
-    EVP_PKEY *cakey = PEM_read_PrivateKey(f, NULL, NULL, NULL);
-    fclose(f);
-    assert_non_null(cacert);
-    assert_non_null(cakey);
+    char path[1100];
+    X509 *cacert;
+    EVP_PKEY *cakey;
+    load_ca(ca, &cacert, &cakey);
 
     EVP_PKEY *key = EVP_EC_gen("P-256");
     X509 *x = X509_new();
@@ -320,17 +337,12 @@ void tp_issue_client_raw(const char *dir, const char *name, const char *ca,
     snprintf(path, sizeof path, "%s/%s.key", dir, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     assert_true(fd >= 0);
-    f = fdopen(fd, "w");
+    FILE *f = fdopen(fd, "w");
     assert_non_null(f);
     assert_int_equal(PEM_write_PrivateKey(f, key, NULL, NULL, 0, NULL, NULL),
                      1);
     assert_int_equal(fclose(f), 0);
-    snprintf(path, sizeof path, "%s/%s.crt", dir, name);
-    f = fopen(path, "w");
-    assert_non_null(f);
-    assert_int_equal(PEM_write_X509(f, x), 1);
-    assert_int_equal(fclose(f), 0);
-    X509_free(x);
+    write_cert(dir, name, x);
     EVP_PKEY_free(key);
     X509_free(cacert);
     EVP_PKEY_free(cakey);
@@ -339,15 +351,9 @@ void tp_issue_client_raw(const char *dir, const char *name, const char *ca,
 void tp_issue_client_cert(const char *dir, const char *name, const char *cn,
                           const char *ca, long seconds)
 {
-    char rel[256];
-    snprintf(rel, sizeof rel, "%s.crt", ca);
-    X509 *issuer = read_cert(tp_path(rel));
-    snprintf(rel, sizeof rel, "%s.key", ca);
-    FILE *f = fopen(tp_path(rel), "r");
-    assert_non_null(f);
-    EVP_PKEY *ca_key = PEM_read_PrivateKey(f, NULL, NULL, NULL);
-    fclose(f);
-    assert_non_null(ca_key);
+    X509 *issuer;
+    EVP_PKEY *ca_key;
+    load_ca(ca, &issuer, &ca_key);
 
     char keyname[256];
     snprintf(keyname, sizeof keyname, "%s.key", name);
@@ -375,13 +381,7 @@ void tp_issue_client_cert(const char *dir, const char *name, const char *cn,
     add_ext(x, issuer, NID_authority_key_identifier, "keyid");
     assert_true(X509_sign(x, ca_key, EVP_sha256()) > 0);
 
-    char path[2048];
-    snprintf(path, sizeof path, "%s/%s.crt", dir, name);
-    f = fopen(path, "w");
-    assert_non_null(f);
-    assert_int_equal(PEM_write_X509(f, x), 1);
-    assert_int_equal(fclose(f), 0);
-    X509_free(x);
+    write_cert(dir, name, x);
     EVP_PKEY_free(pk);
     EVP_PKEY_free(ca_key);
     X509_free(issuer);
