@@ -360,11 +360,7 @@ static void ca_only(void *arg, int level, const char *msg)
 {
     if (strncmp(msg, "cloudflare_ca_cert ", 19) != 0)
         return;
-    kl_problems *p = arg;
-    if (level >= KL_LOG_ERROR)
-        p->errors++;
-    else if (level == KL_LOG_WARN)
-        p->warnings++;
+    kl_problems_count(arg, level);
     kl_log(level, "%s", msg);
 }
 

@@ -21,6 +21,8 @@ int kl_daemon_main(int argc, char **argv, const char *version);
 typedef struct kl_problems {
     size_t errors, warnings;
 } kl_problems;
+/* Counts one problem of this log level (errors and worse, warnings). */
+void kl_problems_count(kl_problems *p, int level);
 
 /* Builds the key store the configuration names. tolerant (reload,
  * --check, --keystore-debug): a key or store that fails is reported and

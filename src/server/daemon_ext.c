@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "router/dns.h"
 #include "router/table.h"
+#include "server/daemon.h"
 #include "server/daemon_ext.h"
 #include "tls/certcheck.h"
 
@@ -80,11 +81,7 @@ static size_t check_resolve(const char *host, char (*out)[64], size_t max,
 
 static void count_report(void *arg, int level, const char *msg)
 {
-    kl_problems *p = arg;
-    if (level >= KL_LOG_ERROR)
-        p->errors++;
-    else if (level == KL_LOG_WARN)
-        p->warnings++;
+    kl_problems_count(arg, level);
     kl_log(level, "%s", msg);
 }
 

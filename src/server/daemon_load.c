@@ -19,7 +19,7 @@
 #include "server/daemon_ext.h"
 #include "tls/certcheck.h"
 
-static void count(kl_problems *p, int level)
+void kl_problems_count(kl_problems *p, int level)
 {
     if (level >= KL_LOG_ERROR)
         p->errors++;
@@ -29,13 +29,13 @@ static void count(kl_problems *p, int level)
 
 static void key_report(void *arg, int level, const char *path, const char *msg)
 {
-    count(arg, level);
+    kl_problems_count(arg, level);
     kl_log(level, "%s: %s", path, msg);
 }
 
 static void cert_report(void *arg, int level, const char *msg)
 {
-    count(arg, level);
+    kl_problems_count(arg, level);
     kl_log(level, "%s", msg);
 }
 
