@@ -32,6 +32,12 @@ typedef struct writer {
     int index;
     long done, shed;
     uint64_t paused_ns; /* accept pauses recorded, end - start */
+    /* from reading each pause's end time to having recorded it: a scrape
+     * in that window counts the pause as still running until its own
+     * clock, and the total never goes back, so the exported sum may
+     * exceed paused_ns by up to this much (more when a writer is
+     * descheduled there: 4 writers and a scraper share 2 cores) */
+    uint64_t end_slack_ns;
 } writer;
 
 static uint64_t mono_ns(void)
@@ -75,6 +81,7 @@ static void *write_loop(void *arg)
                 start = now;
             } else {
                 kl_metrics_accept_paused(l, false, now);
+                w->end_slack_ns += mono_ns() - now;
                 w->paused_ns += now - start;
                 start = 0;
             }
@@ -83,6 +90,7 @@ static void *write_loop(void *arg)
     if (start) {
         uint64_t now = mono_ns();
         kl_metrics_accept_paused(l, false, now);
+        w->end_slack_ns += mono_ns() - now;
         w->paused_ns += now - start;
     }
     w->done = i;
@@ -144,9 +152,10 @@ static void test_concurrent(void **state)
     assert_true(atomic_load(&sh.scrapes) >= MIN_SCRAPES);
 
     long done = 0, shed = 0;
-    uint64_t paused = 0;
+    uint64_t paused = 0, slack = 0;
     for (int i = 0; i < WRITERS; i++)
-        done += w[i].done, shed += w[i].shed, paused += w[i].paused_ns;
+        done += w[i].done, shed += w[i].shed, paused += w[i].paused_ns,
+            slack += w[i].end_slack_ns;
     char *s = mt_scrape(sh.m);
     mt_assert_line(s, "keyless_requests{opcode=\"OpECDSASignSHA256\"} %ld",
                    done);
@@ -160,12 +169,15 @@ static void test_concurrent(void **state)
     mt_assert_line(s, "keylessd_requests_shed_total{reason=\"deadline\"} %ld",
                    shed);
     /* every pause ended: their sum, give or take a scrape that read its
-     * clock just after a pause's end (it is never taken back) */
+     * clock after a pause's end time was read but before it was recorded
+     * (never taken back; bounded by the writers' end_slack_ns). A fixed
+     * 1 ms bound failed once at 1.6 ms on a busy 2-core machine. */
     mt_assert_line(s, "keylessd_accept_paused 0");
     double pd = mt_value(s, "keylessd_accept_paused_seconds_total ") -
                 (double)paused / 1e9;
-    if (pd < -1e-6 || pd > 1e-3)
-        fail_msg("accept pauses: %g s off the writers' sum", pd);
+    if (pd < -1e-6 || pd > 1e-6 + (double)slack / 1e9)
+        fail_msg("accept pauses: %g s off the writers' sum (slack %g s)", pd,
+                 (double)slack / 1e9);
     for (int i = 0; i < WRITERS; i++) {
         char prefix[64];
         snprintf(prefix, sizeof prefix,
