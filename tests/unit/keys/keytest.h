@@ -215,4 +215,34 @@ static EVP_PKEY *tk_vector_pkey(const char *rel)
     return k;
 }
 
+/* Loads data as a key file and expects KL_E_KEY with a report naming the
+ * path and containing why. The same store is used for everything, so the
+ * decoder contexts also survive failures. */
+static __attribute__((unused)) void
+tk_expect_refused(kl_keystore *ks, tk_reports *r, const char *dir,
+                  const void *data, size_t len, const char *why)
+{
+    r->n = 0;
+    const char *p = tk_write(dir, "bad.key", data, len, 0600);
+    size_t before = kl_keystore_count(ks);
+    kl_status s = kl_keystore_add_file(ks, p);
+    if (s != KL_E_KEY)
+        fail_msg("expected refusal (%s), got %d", why, s);
+    assert_int_equal(kl_keystore_count(ks), before);
+    if (r->n != 1 || tk_find(r, p, why) < 0)
+        fail_msg("expected a report with \"%s\", got %d: %s", why, r->n,
+                 r->n ? r->line[0] : "");
+    assert_int_equal(r->level[0], 3 /* error */);
+}
+
+static __attribute__((unused)) void
+tk_expect_form_refused(kl_keystore *ks, tk_reports *r, const char *dir,
+                       EVP_PKEY *k, tk_form f, const char *why)
+{
+    size_t n;
+    uint8_t *p = tk_encode(k, f, &n);
+    tk_expect_refused(ks, r, dir, p, n, why);
+    free(p);
+}
+
 #endif
