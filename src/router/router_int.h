@@ -74,6 +74,10 @@ struct kl_upconn {
      * among it, and the next check for overtaken attempts */
     kl_rt_answered answered[KL_RT_ANSWERED_SLOTS];
     uint64_t answered_max_ns;
+    /* attempts sent at or before this were old together with more than
+     * LOST_ALONE_MAX others: a queue, whose tail is never taken for lost
+     * as it drains */
+    uint64_t queue_ns;
     bool check_pending;
     uint64_t check_at, checked_ns;
 };

@@ -42,7 +42,8 @@
  * fast operations inline on its shard while older ones wait in its pool;
  * a router moves a key to a faster route) - but then many old attempts
  * are pending, which the second condition tells from a loss, so a burst,
- * however long its queue, is never taken for one. A lost attempt moves
+ * however long its queue, is never taken for one; nor is its tail as it
+ * drains (a queue once seen stays one, check_overtaken). A lost attempt moves
  * to the next candidate that is up,
  * without marking its remote down (it answers); with none, it is sent
  * again to the same remote (as one more attempt, within max_attempts and
@@ -272,11 +273,17 @@ static void check_overtaken(kl_upconn *c, uint64_t now)
     c->check_pending = false;
     c->checked_ns = now;
     uint64_t gap = gap_ns(c);
+    /* A queue drains one answer at a time: its last few would look alone
+     * once the rest is answered. What was once seen as a queue stays one:
+     * attempts sent up to c->queue_ns are passed over (at the head of the
+     * watched list, which is in send order). */
+    kl_rreq *q = c->attempts;
+    while (q && q->sent_ns <= c->queue_ns)
+        q = q->anext;
     /* the attempts sent a timeout before the latest answered one: in send
      * order on the watched list, anywhere on the waiting list */
     kl_rreq *old[LOST_ALONE_MAX + 1];
     size_t n = 0;
-    kl_rreq *q = c->attempts;
     for (; q && n <= LOST_ALONE_MAX; q = q->anext) {
         if (q->sent_ns + gap > c->answered_max_ns)
             break;
@@ -291,12 +298,18 @@ static void check_overtaken(kl_upconn *c, uint64_t now)
         if (q->sent_ns + gap / 2 > c->answered_max_ns)
             break;
     for (kl_rreq *w = c->waiting; w && n <= LOST_ALONE_MAX; w = w->anext)
-        if (w->sent_ns + gap <= c->answered_max_ns) {
+        if (w->sent_ns > c->queue_ns &&
+            w->sent_ns + gap <= c->answered_max_ns) {
             old[n++] = w;
             seen++;
         }
-    if (n > LOST_ALONE_MAX || seen > LOST_ALONE_MAX)
-        return; /* a queue, not a loss */
+    if (n > LOST_ALONE_MAX || seen > LOST_ALONE_MAX) {
+        /* a queue, not a loss: all that the counts above cover */
+        if (c->answered_max_ns > gap / 2 &&
+            c->answered_max_ns - gap / 2 > c->queue_ns)
+            c->queue_ns = c->answered_max_ns - gap / 2;
+        return;
+    }
     /* collected first: lost() changes the lists (and may attach the
      * request to c again, at the tail) */
     for (size_t i = 0; i < n; i++)

@@ -10,7 +10,9 @@
  *   when that is >= 0) is answered slow_ms late, without holding up the
  *   others on its connection (a key whose work is far away; or, with
  *   slow_byte, some of one key's requests overtaken by the others - as a
- *   keylessd's pool queue is by the operations it runs inline).
+ *   keylessd's pool queue is by the operations it runs inline); with
+ *   slow_step_ms, the held answers leave at least that far apart, one at
+ *   a time (a queue that drains as a pool works through it).
  * It counts what it saw. Faults can be changed while it runs (under mu).
  *
  *   lu_server u;
@@ -68,6 +70,7 @@ struct lu_server {
     bool has_slow;
     int slow_byte; /* < 0: any payload */
     unsigned slow_ms;
+    unsigned slow_step_ms;
     /* counters (mu) */
     unsigned requests, lost, marked, slow_seen, accepted, bad;
     lu_conn conns[LU_MAX_CONNS];
@@ -148,6 +151,7 @@ static inline void *lu_conn_main(void *arg)
     static _Thread_local uint8_t buf[2 * KL_MAX_MESSAGE];
     static _Thread_local lu_held held[LU_MAX_HELD];
     size_t have = 0, nheld = 0;
+    uint64_t last_due = 0;
     while (!atomic_load(&u->stop)) {
         /* answers that are due leave first, in the order they fell due */
         uint64_t now = lu_now_ms();
@@ -198,9 +202,12 @@ static inline void *lu_conn_main(void *arg)
             if (what == 2 && nheld < LU_MAX_HELD &&
                 olen <= sizeof held[0].msg) {
                 pthread_mutex_lock(&u->mu);
-                unsigned ms = u->slow_ms;
+                unsigned ms = u->slow_ms, step = u->slow_step_ms;
                 pthread_mutex_unlock(&u->mu);
-                held[nheld].due_ms = lu_now_ms() + ms;
+                uint64_t due = lu_now_ms() + ms;
+                if (step && due < last_due + step)
+                    due = last_due + step;
+                held[nheld].due_ms = last_due = due;
                 held[nheld].len = olen;
                 memcpy(held[nheld].msg, out, olen);
                 nheld++;
