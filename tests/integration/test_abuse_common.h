@@ -121,6 +121,28 @@ static inline long ha_rss_kb(pid_t pid)
     return kb;
 }
 
+/* CPU time (user + system) the process has used so far, ms; -1 when it
+ * cannot be read. In clock ticks (10 ms here): measure seconds, not ms. */
+static inline double ha_cpu_ms(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    /* after the command name, which may hold spaces and parentheses */
+    const char *p = strrchr(buf, ')');
+    unsigned long long ut, st;
+    if (!p ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+               &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
 static inline int ha_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
