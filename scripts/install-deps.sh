@@ -9,7 +9,7 @@
 # listening on port 80 or 9090 because the tests need the binaries.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config clang libclang-rt-dev
+pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-dev
       libssl-dev openssl libyaml-dev libjansson-dev libcmocka-dev
       python3 procps iproute2 libp11-kit-dev p11-kit softhsm2 opensc
       libmicrohttpd-dev libcurl4-openssl-dev prometheus nginx-light haproxy curl gnuplot-nox nghttp2-client
