@@ -192,7 +192,7 @@ void kl_metrics_reload_result(kl_metrics *m, bool ok, time_t when);
 typedef void (*kl_metrics_scrape_fn)(kl_metrics *m, void *arg);
 void kl_metrics_on_scrape(kl_metrics *m, kl_metrics_scrape_fn fn, void *arg);
 
-/* ---- routes and tracing (routes.c) --------------------------- */
+/* ---- routes and tracing (routes.c) ------------------------------------- */
 
 /* Geo routing (docs/METRICS.md): the upstream routes as the router sees
  * them, for keylessd_route_*. Set from the scrape hook (any thread);

@@ -188,7 +188,7 @@ void kl_mx_key_lookup(kl_shard *s, uint64_t tk, const uint8_t *ski, bool found)
     kl_trace_ring_emit(s->tr, &sp);
 }
 
-/* ---- tracing (docs/TRACING.md) --------------------------------
+/* ---- tracing (docs/TRACING.md) ------------------------------------------
  * A request's spans: the server span (read -> answer queued), and as its
  * children the key lookup, then either the queue wait and the execution
  * (a crypto job) or the route (a forwarded request; routed.c, whose
