@@ -3,8 +3,9 @@
 #   make run   - install what is missing, build, run keylessd on its
 #                embedded default (dev PKI + demo keys in ./state)
 #   make test  - install what is missing, build, run every test (CTest)
-# More: make asan, make tsan, make fuzz, make format, make clean; issue 10:
-# make valgrind, make fuzz-long, make overload, make soak (below)
+# More: make asan, make tsan, make fuzz, make format, make clean; hardening
+# (docs/SECURITY.md "Verified by"): make valgrind, make fuzz-long,
+# make overload, make soak (below)
 
 BUILD    ?= build
 JOBS     ?= $(shell nproc)
@@ -66,7 +67,7 @@ fuzz-build: deps
 fuzz: fuzz-build
 	@bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
-# The long run (issue 10): every target for FUZZ_LONG_SECONDS, one table of
+# The long run: every target for FUZZ_LONG_SECONDS, one table of
 # executions, corpus growth and findings for bench/RESULTS.md.
 FUZZ_LONG_SECONDS ?= 600
 .PHONY: fuzz-long
@@ -90,7 +91,7 @@ format-check:
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz
 
-# ---- Hardening (issue 10) ----
+# ---- Hardening ----
 #   make valgrind             named integration tests, keylessd under memcheck
 #   make overload             test_overload with 30 s of 3x overload
 #   make soak [SOAK_SECONDS=600]  the soak test, long
@@ -113,7 +114,7 @@ overload: build
 soak: build
 	@$(KL_RUN_ENV) KL_SOAK_SECONDS=$(SOAK_SECONDS) $(BUILD)/test_soak
 
-# ---- Packaging (issue 4): install, Debian package, packaging tests ----
+# ---- Packaging: install, Debian package, packaging tests ----
 #   make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]
 #   make deb              -> build-deb/keylessd_<version>_<arch>.deb
 #   make test-packaging   unit verification, readiness notification, and the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# HSM throughput (issue 12): the same RSA-2048 and ECDSA P-256 keys served by
+# HSM throughput: the same RSA-2048 and ECDSA P-256 keys served by
 # keylessd from a SoftHSM2 token (a `uri:` key store) and from disk, loaded
 # by keyless-bench with the same settings in the same run; medians of 3.
 #

@@ -10,7 +10,7 @@
 #   bench/run.sh --smoke    every scenario once for about a second, results
 #                           under the build directory (CI: keeps it working)
 #   bench/run.sh --remote [--smoke]
-#                           only the geo-routing remote path (issue 9):
+#                           only the geo-routing remote path:
 #                           keyless-bench -> keylessd router -> keylessd
 #                           backend holding the key, against the backend
 #                           directly; prints the "Geo routing (remote path)"
@@ -227,7 +227,7 @@ if [ $scale = 1 ]; then
 fi
 # ---- end of the scale and storm scenarios ----------------------------------
 
-# ---- geo routing: the remote path (issue 9; --remote) ------------------------
+# ---- geo routing: the remote path (--remote) ---------------------------------
 # A backend keylessd holds the key; a router keylessd holds no key and
 # forwards to the backend through its routing table (both on 127.0.0.1).
 # The same load runs against the backend directly and through the router:

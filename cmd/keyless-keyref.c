@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* keyless-keyref: writes and shows keyless key references (issue 7), the
+/* keyless-keyref: writes and shows keyless key references, the
  * files the `keyless` OpenSSL provider loads in place of private keys.
  *
  *   keyless-keyref write (--cert FILE | --pubkey FILE) --server HOST:PORT...

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Fuzz target: the router's DNS answer reader (src/router/dns.c, issue 9),
+/* Fuzz target: the router's DNS answer reader (src/router/dns.c),
  * which reads responses that come from the network. Any input gives KL_OK
  * with at most max well-formed addresses, or an error with nothing added;
  * never a crash, an overread or a leak. The first byte picks the type

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libFuzzer target: the PKCS#11 URI wrapper of the key store (issue 12) -
+/* libFuzzer target: the PKCS#11 URI wrapper of the key store -
  * p11-kit's RFC 7512 parser plus keylessd's rules and PIN redaction. */
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Fuzz target: the routing table parser (src/router/table*.c, issue 9).
+/* Fuzz target: the routing table parser (src/router/table*.c).
  * Any input must give KL_OK (and a table whose lookups work) or
  * KL_E_CONFIG with a "file:line"-style message, never a crash or a leak.
  * dns: entries resolve through a stub, so no network is touched. */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The long fuzz run (issue 10, `make fuzz-long`): every libFuzzer target in
+# The long fuzz run (`make fuzz-long`): every libFuzzer target in
 # BUILD_DIR for SECONDS, starting from its checked-in corpus
 # (fuzz/corpus/<target>/). New inputs go to a scratch directory that is
 # deleted afterwards (merge worthwhile ones by hand with -merge=1); crashes

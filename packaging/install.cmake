@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Installation (issue 4, packaging), included at the end of CMakeLists.txt.
+# Installation, included at the end of CMakeLists.txt.
 #   make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]
 #   cmake --install BUILD [--prefix P]       (DESTDIR from the environment)
 # Layout, with the prefix P:

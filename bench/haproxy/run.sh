@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# HAProxy handshakes per second through the keyless provider (issue 8):
+# HAProxy handshakes per second through the keyless provider:
 # with 1 ms and with 50 ms of key server latency, `ssl-mode-async` versus
 # blocking key operations, in the same run, written to
 # bench/haproxy/RESULTS.md.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Full TLS handshakes per second through nginx (issue 7, "Evidence"): the
+# Full TLS handshakes per second through nginx (the provider's evidence,
+# bench/nginx/README.md): the
 # same nginx serving the same certificate with its key on local disk and
 # with a keyless key reference (keyless.so + keylessd on this machine), in
 # the same run, as a ratio. Three cases:

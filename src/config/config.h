@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* keylessd configuration (style.md 10): one table of options drives the
+/* keylessd configuration: one table of options drives the
  * YAML file, the KEYLESS_* environment, the command-line flags, validation,
  * --help, --output-config and docs/OPERATIONS.md. Precedence: flag >
  * environment > file > default. Every key of the reference server's
- * gokeyless.yaml is an option here, with the reference's default (issue 4,
- * drop-in replacement). */
+ * gokeyless.yaml is an option here, with the reference's default (a
+ * drop-in replacement; docs/OPERATIONS.md "Migrating from gokeyless"). */
 #ifndef KL_CONFIG_CONFIG_H
 #define KL_CONFIG_CONFIG_H
 
@@ -37,7 +37,7 @@ typedef struct kl_test_delay {
 typedef struct kl_config {
     /* options (fields named as their YAML keys) */
     int loglevel;
-    char *log_format; /* "text" or "json" (issue 11) */
+    char *log_format; /* "text" or "json" */
     double access_log_sample_rate;
     char *hostname;
     char *zone_id;
@@ -74,13 +74,13 @@ typedef struct kl_config {
     uint64_t handshake_timeout_ns;
     uint64_t drain_timeout_ns;
     uint64_t max_queue_time_ns; /* 0: none */
-    /* hardening (issue 10, docs/SECURITY.md) */
+    /* hardening (docs/SECURITY.md) */
     int max_connections;
     int max_handshaking;
     int max_handshaking_per_source;
     int max_handshake_bytes;
     int max_output_per_conn; /* bytes */
-    int max_buffered_bytes;  /* bytes, process-wide (issue 5) */
+    int max_buffered_bytes;  /* bytes, process-wide */
     bool allow_core_dumps;
     char *access_file; /* access lists (server/acl.h); unset: none */
     bool tls13;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The option table (style.md 10). One row per option: everything that
+/* The option table. One row per option: everything that
  * parses, validates, documents or reloads it is driven from here. Every key
  * of the reference's gokeyless.yaml is a row, with the reference's default;
  * keylessd's own options follow under their own names. Each option is also
@@ -431,7 +431,7 @@ static const kl_option options[] = {
      .metavar = "BOOL",
      .help = "offer TLS 1.3 besides the TLS 1.2 compatibility profile",
      .group = G_LIMITS},
-    /* ---- hardening (issue 10, docs/SECURITY.md) ---- */
+    /* ---- hardening (docs/SECURITY.md) ---- */
     {.name = "max_connections",
      .type = KL_OPT_INT,
      .offset = F(max_connections),

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The one bounded cursor through which every untrusted byte is read
- * (style.md 1). A read either succeeds completely or fails with
+/* The one bounded cursor through which every untrusted byte is read.
+ * A read either succeeds completely or fails with
  * KL_E_TRUNCATED and leaves the cursor unchanged; nothing indexes a raw frame
  * directly, so an overread is impossible by construction.
  * The writer is its twin for encoding: a write that does not fit fails with

@@ -22,7 +22,7 @@ int kl_log_get_level(void);
 /* Prefix lines with a name (e.g. "keylessd"); default none. */
 void kl_log_set_prefix(const char *prefix);
 
-/* Line format (option log_format, issue 11):
+/* Line format (option log_format):
  * - text: "TIME PREFIX: [level] message" (under systemd, JOURNAL_STREAM
  *   set: "<N>PREFIX: [level] message", the journal adds the time). The
  *   message is escaped here, at the sink, whatever its call site: bytes

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Real-time scheduling of keylessd's serving threads (issue 5, option
+/* Real-time scheduling of keylessd's serving threads (option
  * realtime_priority; docs/DESIGN.md "Real-time event loops").
  *
  * With normal scheduling a woken event loop may wait for the CPU behind

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* One error style for the whole code base (style.md 3): functions return a
+/* One error style for the whole code base: functions return a
  * kl_status; KL_OK is zero, every failure is a distinct negative value, so a
  * caller can tell "need more bytes" from "peer sent garbage" from "we broke".
  */

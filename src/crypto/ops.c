@@ -77,8 +77,7 @@ size_t kl_crypto_max_output(const kl_key *key)
 
 kl_cost_class kl_crypto_cost_class(const kl_key *key)
 {
-    /* ECDSA P-256 ~20 us, Ed25519 less; RSA-2048 ~260 us and up
-     * (architecture 2) */
+    /* ECDSA P-256 ~20 us, Ed25519 less; RSA-2048 ~260 us and up */
     if (key && kl_key_get_backend(key) == KL_BACKEND_PKCS11)
         return KL_COST_BLOCKING;
     return key && kl_key_get_type(key) == KL_KEY_RSA ? KL_COST_SLOW

@@ -38,9 +38,9 @@ uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
                                 uint8_t *out, size_t outcap, size_t *out_len,
                                 uint64_t deadline_ns);
 
-/* The cost class of an operation with this key (architecture 2): fast (EC,
+/* The cost class of an operation with this key: fast (EC,
  * Ed25519), slow (RSA, by size), blocking (any key on a PKCS#11 token: the
- * thread waits for the device; issue 12). */
+ * thread waits for the device). */
 typedef enum kl_cost_class {
     KL_COST_FAST = 0,
     KL_COST_SLOW = 1,

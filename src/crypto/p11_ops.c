@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Private-key operations on PKCS#11 tokens (issue 12), with the results of
+/* Private-key operations on PKCS#11 tokens, with the results of
  * protocol P4 exactly as for key files:
  * - RSA PKCS#1 v1.5: CKM_RSA_PKCS over DigestInfo || digest, the DigestInfo
  *   built here (MD5-SHA1: the bare 36 bytes, as TLS 1.0/1.1 sign them);

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The cost-class worker pool (see pool.h, architecture 2).
+/* The cost-class worker pool (see pool.h).
  *
  * One mutex and one condition variable guard both queues; workers sleep on
- * the condition variable when there is nothing they may take (style.md 7:
- * no spinning). Picking rules:
+ * the condition variable when there is nothing they may take (no
+ * spinning). Picking rules:
  * - fast jobs first;
  * - at most workers-1 slow jobs run at once, so one worker is always free
  *   for fast jobs however many RSA-4096 signatures are queued. The last
@@ -17,7 +17,7 @@
  * The blocking class (PKCS#11 keys) has its own threads and condition
  * variable: those threads take only blocking jobs, the others never do.
  *
- * Completions at saturation (issue 5): a done callback may leave the
+ * Completions at saturation: a done callback may leave the
  * wake-up it owes its owner to the worker (kl_pool_defer_wake), which
  * sends it before it sleeps or before a job when holding it longer is not
  * worth it (may_defer). With RSA-2048 at saturation a shard then wakes once
@@ -167,7 +167,7 @@ static void exec_job(kl_pool *p, kl_cost_class cls, kl_job *job)
     /* P6 shedding: no work for a request that cannot be answered by its
      * deadline - neither one that expired in the queue nor one whose known
      * cost would take it past the deadline - nor for one whose client has
-     * gone (issue 10: a server that computes answers for clients that
+     * gone (a server that computes answers for clients that
      * gave up collapses under their retries). The test delay stands for slow
      * crypto, so it counts as that cost (real crypto costs are not modelled
      * yet: they are microseconds next to client budgets). */
@@ -185,9 +185,9 @@ static void exec_job(kl_pool *p, kl_cost_class cls, kl_job *job)
          * and make admission control shed work the pool could do. Average
          * over ~8 samples; concurrent updates may lose one, which an
          * estimate can afford. The thread's CPU clock is a real system
-         * call (no vDSO): ~0.6 us, 4% of an ECDSA signature (issue 5,
-         * perf), so only one job in SAMPLE_EVERY per thread is timed -
-         * and every job with a test delay (the tests' slow crypto). */
+         * call (no vDSO): ~0.6 us, 4% of an ECDSA signature
+         * (measured with perf), so only one job in SAMPLE_EVERY per thread is
+         * timed - and every job with a test delay (the tests' slow crypto). */
         static _Thread_local unsigned sample_n;
         uint64_t avg =
             atomic_load_explicit(&p->exec_ns[cls], memory_order_relaxed);
@@ -664,7 +664,7 @@ void kl_pool_free(kl_pool *p)
     /* The blocking workers finish their queue - unless a token call hangs:
      * an HSM call cannot be interrupted, so after the grace period the
      * stuck threads are left behind (detached) and their jobs answered;
-     * the process exits without them (issue 12). */
+     * the process exits without them. */
     uint64_t limit = kl_now_ns() + p->stop_grace_ns;
     int stuck = 0;
     for (int i = 0; i < p->bstarted; i++) {

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Worker pool executing crypto jobs by cost class (architecture 2): each
+/* Worker pool executing crypto jobs by cost class (docs/DESIGN.md "The
+ * threads"): each
  * class has its own bounded queue; workers prefer the fast class, and long
  * slow jobs (RSA above 2048 bits) can never occupy every worker, so a burst
  * of RSA-4096 cannot delay ECDSA behind it; short ones (RSA-2048) may, while
@@ -41,7 +42,7 @@ struct kl_job {
     uint64_t test_delay_us; /* test hook: sleep before executing */
     /* NULL, or set (by the submitter, any time) when nobody waits for the
      * answer any more - the client has gone: the job is then answered
-     * KL_ERR_INTERNAL without running (issue 10). Must stay valid until
+     * KL_ERR_INTERNAL without running. Must stay valid until
      * the done callback. */
     const _Atomic bool *abandoned;
     kl_job_done_fn done;
@@ -52,7 +53,7 @@ struct kl_job {
      * and a reload may free it). So before that early answer the pool calls
      * key_hold(job) - under the pool's lock: it must be cheap and must not
      * block - and calls key_unhold(handle) with what it returned once the
-     * token call has really returned (issue 12). */
+     * token call has really returned. */
     void *(*key_hold)(const kl_job *job);
     void (*key_unhold)(void *handle);
 };
@@ -93,11 +94,11 @@ void kl_pool_set_blocking_workers(kl_pool *p, int n);
  * (abandoned or past its deadline: KL_ERR_INTERNAL without the crypto;
  * started_ns, out_len and err set; the class's execution-time average
  * updated), but does NOT call job->done: the caller has the result when it
- * returns. For fast-class jobs run inline on a shard (issue 5); never for
+ * returns. For fast-class jobs run inline on a shard; never for
  * the blocking class. */
 void kl_pool_run_here(kl_pool *p, kl_job *job);
 
-/* For done callbacks (issue 5): a callback that owes its owner a wake-up
+/* For done callbacks: a callback that owes its owner a wake-up
  * (e.g. a shard's eventfd) may leave it to the worker that called it. The
  * worker calls fn(arg) - once for equal (fn, arg) pairs, on its own
  * thread - before it sleeps, and before its next job unless that job's
@@ -120,7 +121,7 @@ size_t kl_pool_queued(const kl_pool *p, kl_cost_class c);
  * the jobs queued ahead of it and its own run, from a moving average of
  * the class's recent execution times spread over the workers that may run
  * it. 0 for the blocking class (its watchdog answers at the deadline) and
- * before any job of the class ran. For admission control (issue 10): a
+ * before any job of the class ran. For admission control: a
  * request that cannot finish by its deadline is refused before it is
  * queued, which keeps the queue short and the shedding cheap. */
 uint64_t kl_pool_wait_estimate(const kl_pool *p, kl_cost_class c);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Telling DER key formats apart by their outer shape, through the bounded
- * cursor (style.md 1). Nothing here decodes key material: it only picks the
+ * cursor. Nothing here decodes key material: it only picks the
  * decoder context for the format (a context for one format decodes ~2x
  * faster than one that tries them all) and names what a file holds when it
  * is not a private key (certificate, public key, encrypted key). */

@@ -126,7 +126,7 @@ kl_status kl_enrol_key_pem(EVP_PKEY *key, char **pem, size_t *len)
 {
     *pem = NULL;
     *len = 0;
-    /* secure memory BIO: cleared when freed (style.md 6) */
+    /* secure memory BIO: cleared when freed */
     BIO *b = BIO_new(BIO_s_secmem());
     KL_ENSURE(b, KL_E_NOMEM);
     kl_status st = KL_E_INTERNAL;

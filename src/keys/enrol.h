@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The key server's own identity made locally, for activation (issue 4):
+/* The key server's own identity made locally, for activation:
  * a new ECDSA P-384 key, a certificate signing request for the server's
  * hostname, and the files that hold them, written so that a crash or a
  * full disk never leaves half a key behind. This is the only code outside
  * the key store that creates private key material, so it lives here with
- * the rest of the key handling (style.md 5, 6); the Origin CA API call and
+ * the rest of the key handling; the Origin CA API call and
  * the startup policy are in server/activate.h. */
 #ifndef KL_KEYS_ENROL_H
 #define KL_KEYS_ENROL_H

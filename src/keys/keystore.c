@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The key index (architecture 3): keys by SKI in an open-addressing hash
+/* The key index: keys by SKI in an open-addressing hash
  * table. SKIs are SHA-1 outputs, already uniform, so their first 8 bytes
  * are the hash. The table stays at most half full: a lookup touches one or
  * two slots even with a million keys. */

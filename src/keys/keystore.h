@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The key store (architecture 3): private keys indexed by SKI (protocol P7)
+/* The key store: private keys indexed by SKI (protocol P7)
  * in a hash map, loaded from directories and files.
  * Key material lives only here and in src/crypto. */
 #ifndef KL_KEYS_KEYSTORE_H
@@ -20,7 +20,7 @@ typedef enum kl_key_type {
     KL_KEY_ED25519 = 3,
 } kl_key_type;
 
-/* Where a key's private part lives (issue 12). */
+/* Where a key's private part lives. */
 typedef enum kl_key_backend {
     KL_BACKEND_FILE = 0,   /* in memory, from a key file */
     KL_BACKEND_PKCS11 = 1, /* on a PKCS#11 token */
@@ -61,7 +61,7 @@ KL_WUR kl_status kl_keystore_add_file(kl_keystore *ks, const char *path);
 KL_WUR kl_status kl_keystore_add_pkey(kl_keystore *ks, EVP_PKEY *pkey,
                                       const char *label);
 
-/* Adds the key a PKCS#11 URI names (RFC 7512; issue 12):
+/* Adds the key a PKCS#11 URI names (RFC 7512):
  *   pkcs11:token=LABEL|serial=S|slot-id=N;object=LABEL;id=%01
  *          ?module-path=/path/module.so&pin-value=PIN|pin-source=FILE
  *          &max-sessions=N

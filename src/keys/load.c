@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Loading key files and directories into the store (architecture 3).
+/* Loading key files and directories into the store.
  * Startup rule: the first key that fails stops the load, reported by path
  * and reason. Key files that group or others can read are refused unless
  * the operator opts in; key directories that group or others can write are

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* PKCS#11 modules, tokens and their session pools (see p11.h, issue 12).
+/* PKCS#11 modules, tokens and their session pools (see p11.h).
  *
  * Modules are loaded through p11-kit as managed modules: p11-kit gives each
  * load its own view of the module and initializes it with OS locking, so

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Key store entries "uri: pkcs11:..." (issue 12): from the URI to an
+/* Key store entries "uri: pkcs11:...": from the URI to an
  * indexed key whose private operations run on the token. Every message
  * names the URI with its PIN redacted. */
 #include <stdio.h>

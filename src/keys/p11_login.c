@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Checking a PIN when the token is already logged in (issue 12).
+/* Checking a PIN when the token is already logged in.
  *
  * PKCS#11 keeps one login state per token per process: once a key store has
  * logged in, C_Login from a second store (a configuration reload, another

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The public half of a token's private key (issue 12), built from the
+/* The public half of a token's private key, built from the
  * attributes the token holds, so that the SKI (protocol P7) of an HSM key is
  * computed by kl_ski_from_pkey exactly as for a key file:
  * - RSA: CKA_MODULUS and CKA_PUBLIC_EXPONENT;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* PKCS#11 URIs for the key store (issue 12): RFC 7512 parsing is p11-kit's;
+/* PKCS#11 URIs for the key store: RFC 7512 parsing is p11-kit's;
  * this file adds the rules keylessd needs on top - a module to load, exactly
  * one way to name the token, something naming the key, at most one PIN -
  * and keeps the PIN out of every message. */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Private to src/keys (and fuzz/fuzz_p11uri.c): a key store entry
- * "pkcs11:..." (RFC 7512, parsed by p11-kit) checked against the rules of
- * issue 12 and turned into plain fields. The PIN never appears in messages:
- * every text that names the URI uses kl_p11_uri_redact. */
+ * "pkcs11:..." (RFC 7512, parsed by p11-kit) checked against keylessd's rules
+ * (docs/OPERATIONS.md "Configuration", PKCS#11 URIs) and turned into plain
+ * fields. The PIN never appears in messages: every text that names the URI uses
+ * kl_p11_uri_redact. */
 #ifndef KL_KEYS_P11URI_H
 #define KL_KEYS_P11URI_H
 

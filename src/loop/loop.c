@@ -22,7 +22,7 @@ static uint32_t to_epoll(unsigned ev)
     return e;
 }
 
-/* Wake-ups (issue 5: a wake-up per completion batch was a visible share of
+/* Wake-ups (a wake-up per completion batch was a visible share of
  * the server's CPU). Two flags:
  * - requested: set by every kl_loop_wake; the loop takes it (exchange) at
  *   the start of each turn and then runs the wake function;

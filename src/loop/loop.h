@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* An epoll event loop, one per thread (architecture 2): fd watchers with
+/* An epoll event loop, one per thread: fd watchers with
  * changeable interest, a timer heap, a cross-thread wake-up through an
  * eventfd and a "before sleeping" hook where the owner flushes what the turn
  * produced. Nothing here spins: the loop sleeps in epoll_wait until an fd is

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The HTTP endpoint on metrics_port: /metrics, /health, /ready, /remotes,
- * on a thread of its own (architecture 7), so a slow scraper can never
+ * on a thread of its own, so a slow scraper can never
  * stall a shard.
  *
  * A small server of its own rather than a general HTTP library, because

@@ -46,7 +46,7 @@ struct kl_metrics_local {
     _Atomic int64_t inflight;
     _Atomic int64_t conns[KL_MCONN_STATES];
     _Atomic uint64_t busy_ns;
-    /* back-pressure (issue 5 and 10). The accept pause is a seqlock with
+    /* back-pressure. The accept pause is a seqlock with
      * one writer: pause_seq is odd while pause_start/paused_ns change, so
      * that a scrape never adds a pause in progress to a total that already
      * holds it. pause_start: 0 when accepting. */
@@ -89,7 +89,7 @@ struct kl_metrics {
     /* connections the HTTP endpoint closed by its rules (http.c) */
     _Atomic uint64_t http_closed[MX_HTTP_CLOSES];
     _Atomic uint64_t certs_dropped;
-    /* issue 11 (routes.c): the router's and the tracer's figures, as the
+    /* routes.c: the router's and the tracer's figures, as the
      * scrape hook last set them; guarded by lock */
     kl_metrics_route *routes;
     size_t nroutes;

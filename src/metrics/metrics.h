@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Metrics (issue 11, architecture 6): counters and histograms kept per thread
- * and summed when scraped (style.md 11), rendered in the Prometheus text
+/* Metrics: counters and histograms kept per thread
+ * and summed when scraped, rendered in the Prometheus text
  * format 0.0.4 and served with /health and /ready over HTTP on the metrics
  * port. docs/METRICS.md lists every series.
  *
@@ -151,7 +151,7 @@ void kl_metrics_conn_move(kl_metrics_local *l, kl_metrics_conn from,
  * (not waiting in epoll_wait). */
 void kl_metrics_loop_busy(kl_metrics_local *l, uint64_t ns);
 
-/* ---- connection back-pressure (issue 5 and 10): the shard's thread ---- */
+/* ---- connection back-pressure: the shard's thread ---- */
 
 /* keylessd_connections_refused_total{reason}: a socket closed right after
  * accept() by a connection cap. */
@@ -192,7 +192,7 @@ void kl_metrics_reload_result(kl_metrics *m, bool ok, time_t when);
 typedef void (*kl_metrics_scrape_fn)(kl_metrics *m, void *arg);
 void kl_metrics_on_scrape(kl_metrics *m, kl_metrics_scrape_fn fn, void *arg);
 
-/* ---- routes and tracing (routes.c, issue 11) --------------------------- */
+/* ---- routes and tracing (routes.c) ------------------------------------- */
 
 /* Geo routing (docs/METRICS.md): the upstream routes as the router sees
  * them, for keylessd_route_*. Set from the scrape hook (any thread);

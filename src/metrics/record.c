@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The registry and the recording side. Every per-thread value has exactly
- * one writer, so an update is a relaxed load and a relaxed store (style.md
- * 11): no lock, no locked read-modify-write, and the scraper's relaxed
+ * one writer, so an update is a relaxed load and a relaxed store:
+ * no lock, no locked read-modify-write, and the scraper's relaxed
  * loads make it a data race in no sense TSan cares about. */
 #include <stdlib.h>
 

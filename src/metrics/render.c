@@ -92,7 +92,7 @@ static void add_slot(mx_total *t, kl_metrics_local *l, uint64_t now)
     t->read_pauses += LOAD(&l->read_pauses);
 }
 
-/* Connection back-pressure (issue 5 and 10, docs/METRICS.md). */
+/* Connection back-pressure (docs/METRICS.md). */
 /* A family of one unlabelled integer sample. */
 static void put_u64(mx_buf *b, const char *name, const char *type,
                     const char *help, uint64_t v)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* keylessd_route_* and keylessd_trace_* (issue 11, docs/METRICS.md):
+/* keylessd_route_* and keylessd_trace_* (docs/METRICS.md):
  * figures owned by other modules (the router, the tracer), copied in by
  * the scrape hook and rendered with the rest under the metrics lock. */
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * by its one producer and a tail written by the exporter (release stores,
  * acquire loads: the slot is written before head moves, and read before
  * tail moves). The producer never waits: a full ring drops the span and
- * counts it with a relaxed load and store (one writer, style.md 11).
+ * counts it with a relaxed load and store (one writer).
  *
  * Export. The exporter sleeps on a condition variable for at most
  * POLL_MS, then sends when the flush interval has passed or a ring is half

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Request tracing (issue 11, docs/TRACING.md): spans recorded on the
+/* Request tracing (docs/TRACING.md): spans recorded on the
  * threads that serve requests and exported over OTLP/HTTP (JSON encoding)
  * by a thread of the tracer's own.
  *

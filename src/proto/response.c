@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* P5 responses: padding arithmetic, encoding and (client side) parsing.
- * The encoder and parser of the response family live side by side
- * (style.md 2). */
+ * The encoder and parser of the response family live side by side. */
 #include "keyless/protocol.h"
 
 #include <string.h>

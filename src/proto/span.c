@@ -2,7 +2,7 @@
 /* P3 tag 0x15: the trace span context, in Jaeger's binary form or its text
  * form. A bad value is logged and ignored by the caller, so this parser only
  * has to say yes or no - but it reads untrusted bytes, so it goes through the
- * bounded cursor like every other parser (style.md 1). */
+ * bounded cursor like every other parser. */
 #include "keyless/protocol.h"
 
 #include <string.h>

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Key operations inside OpenSSL async jobs (issue 8).
+/* Key operations inside OpenSSL async jobs (docs/PROVIDER.md "Asynchronous
+ * key operations").
  *
  * When libssl runs a handshake in an async job (SSL_MODE_ASYNC: HAProxy's
  * ssl-mode-async, `openssl s_server -async`), a key operation must not

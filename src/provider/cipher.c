@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* RSA decryption with keyless keys, for TLS 1.2 RSA key exchange (issue 7).
+/* RSA decryption with keyless keys, for TLS 1.2 RSA key exchange.
  *
  * libssl decrypts the ClientKeyExchange in RSA_PKCS1_WITH_TLS_PADDING mode
  * and hands over the client version. The key server answers the raw block

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Key-reference decoders (issue 7): a KEYLESS KEY REFERENCE PEM block
+/* Key-reference decoders: a KEYLESS KEY REFERENCE PEM block
  * becomes a keyless key, in two steps that fit OpenSSL 3.0's decoder chains:
  *
  * 1. "DER" from PEM (pem_decode): reads one PEM block; our label gives its

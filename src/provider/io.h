@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The I/O thread that drives a libkeyless target for asynchronous key
- * operations (issue 8).
+ * operations.
  *
  * An operation inside an OpenSSL async job only submits its request and
  * pauses; somebody must then run the target's I/O and fire the completion

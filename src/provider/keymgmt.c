@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Key management for keyless keys under the standard names RSA, EC and
- * ED25519 (issue 7). A key comes from a key reference (load, from our
+ * ED25519. A key comes from a key reference (load, from our
  * decoder) and holds only its public half.
  *
  * - Export gives the public half only, and refuses any export that asks

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Key reference body: parser and encoder (see keyref.h). Every byte is read
- * through the bounded cursor (style.md 1). */
+ * through the bounded cursor. */
 #include "provider/keyref.h"
 
 #include <stdarg.h>

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Keyless key references (issue 7): the small file that stands in for a
- * private key. It names the key (SKI, protocol P7), the key servers and the
- * client TLS files, and carries the public key, so a TLS terminator can
- * match it to its certificate without holding the private key.
+/* Keyless key references (docs/PROVIDER.md "The key reference"): the small file
+ * that stands in for a private key. It names the key (SKI, protocol P7), the
+ * key servers and the client TLS files, and carries the public key, so a TLS
+ * terminator can match it to its certificate without holding the private key.
  *
  * On disk it is a PEM block with its own label:
  *

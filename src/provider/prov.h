@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The keyless OpenSSL 3 provider (issue 7): its context and what its
+/* The keyless OpenSSL 3 provider (docs/PROVIDER.md): its context and what its
  * parts share. Entry point: OSSL_provider_init (prov.c). The parts:
  *   decoder.c   PEM key references -> keys (keyref.h for the format)
  *   keymgmt.c   RSA, EC, ED25519 keys that hold only a public half

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Signatures with keyless keys (issue 7): RSA PKCS#1 v1.5 with every TLS
+/* Signatures with keyless keys: RSA PKCS#1 v1.5 with every TLS
  * hash (and MD5+SHA-1), RSA-PSS (salt = hash length, MGF1 = the hash),
  * ECDSA, and pure Ed25519.
  *

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The routing table's life (issue 9): loaded at start (a bad file stops
+/* The routing table's life: loaded at start (a bad file stops
  * startup), re-read when the file changes (an mtime/inode/size poll every
  * reload_poll_ms - simple, and it works for editors that replace the file
  * and for symlink swaps alike), re-read on kl_router_reload (SIGHUP), and

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* `dns:` entries resolved with their records' TTL (issue 9, dns.h).
+/* `dns:` entries resolved with their records' TTL (dns.h).
  *
  * The query goes out through res_nquery (a private resolver state per
  * call, so nothing is shared between threads and a configured name server
  * replaces those of /etc/resolv.conf for this query only); the answer is
- * read here with the bounded cursor (style.md 1): it comes from the
+ * read here with the bounded cursor: it comes from the
  * network. libresolv's ns_parserr would do the same, but it is a separate
  * library while res_nquery is in libc. */
 #include <arpa/inet.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* DNS for the routing table's `dns:` entries (issue 9): the A and AAAA
+/* DNS for the routing table's `dns:` entries: the A and AAAA
  * records of a name together with their TTL, so that the router re-resolves
  * a name when its record expires rather than on a fixed interval.
  * getaddrinfo() does not report TTLs: the query goes through the resolver

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The request a router sends upstream (issue 9, protocol P9): everything
+/* The request a router sends upstream (protocol P9): everything
  * the client sent - SKI, opcode, payload, compliance region, span context
  * (tag 0x15, raw), the logging items and the request context's other
  * members - with hops raised by one. deadline_ms is left to libkeyless,

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Remotes and their upstream connections (issue 9). Each connection is a
+/* Remotes and their upstream connections. Each connection is a
  * libkeyless kl_target with one server, driven from the router's loop:
  * its kl_async_fd is watched, kl_async_process runs when it is readable.
  * Router thread only, except where mu is taken (the attempt lists, which

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The router's thread and its requests (issue 9; router.h has the rules,
+/* The router's thread and its requests (router.h has the rules,
  * router_int.h the layout).
  *
  * A request crosses threads once: kl_router_route copies it, puts it in
@@ -57,7 +57,8 @@ static bool queued(kl_router *r, kl_rreq *q)
  * at the earliest of those. Far remotes' answers then reach the shards -
  * and the clients - a few at a time instead of one wake-up, one TLS
  * record and one client read each, which on a busy machine is CPU taken
- * from local requests (issue 9, the in-order outage). */
+ * from local requests (the in-order outage: docs/ROUTING.md "Head-of-line
+ * blocking: local latency with remote traffic"). */
 static void hold_answer(kl_router *r, kl_rreq *q)
 {
     uint64_t now = kl_now_ns();
@@ -213,7 +214,7 @@ void kl_rt_next_attempt(kl_rreq *q)
         int timeout = left_ms > INT32_MAX ? INT32_MAX
                       : left_ms           ? (int)left_ms
                                           : 1;
-        /* issue 11: route-choice span; the attempt's id goes upstream */
+        /* route-choice span; the attempt's id goes upstream */
         kl_trace_attempt_begin(r->o.tracer, &q->tra, now, rm->name, rm->region,
                                (unsigned)n);
         pthread_mutex_lock(&r->mu);

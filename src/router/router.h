@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The geo router (issue 9, docs/ROUTING.md): serves operations for keys
+/* The geo router (docs/ROUTING.md): serves operations for keys
  * that are not held locally by forwarding them to the best remote key
  * server that holds them and may serve them.
  *
@@ -80,10 +80,11 @@ typedef struct kl_router_opts {
      * its thread at most answer_hold_max_us (0: 1000; < 0: at once) after
      * an answer, and never later than 1% of that answer's own round trip
      * - a 175 ms remote's answers travel together, a 0.3 ms remote's go
-     * at once (issue 9: the in-order outage; docs/ROUTING.md). Without a
+     * at once (the in-order outage; docs/ROUTING.md "Head-of-line blocking:
+     * local latency with remote traffic"). Without a
      * flush (kl_router_set_flush) nothing is held. */
     int answer_hold_max_us;
-    /* issue 11: spans for route choice and attempts (metrics/trace.h);
+    /* spans for route choice and attempts (metrics/trace.h);
      * NULL: none. Must outlive the router. */
     struct kl_tracer *tracer;
 } kl_router_opts;
@@ -93,7 +94,7 @@ typedef struct kl_router_opts {
 typedef struct kl_route_req {
     const kl_request *req;
     const kl_req_context *ctx;
-    /* issue 11: req's span context is the server's binary copy for a
+    /* req's span context is the server's binary copy for a
      * traced request: each attempt rewrites it (metrics/trace.h) */
     bool traced;
 } kl_route_req;

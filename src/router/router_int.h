@@ -128,7 +128,7 @@ struct kl_rreq {
     kl_route_done_fn done;
     void *arg;
     kl_request_spec spec; /* points into data */
-    kl_trace_attempt tra; /* issue 11: router thread only */
+    kl_trace_attempt tra; /* router thread only */
     uint8_t data[];
 };
 

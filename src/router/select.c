@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Which remotes may serve a request, best first (issue 9). Order:
+/* Which remotes may serve a request, best first. Order:
  * 1. healthy before unhealthy (a remote whose last probe or request
  *    failed is tried only after every healthy one);
  * 2. measured latency (EWMA of pings and live requests): two latencies

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The per-attempt timeout (issue 9): queueing is not loss.
+/* The per-attempt timeout: queueing is not loss.
  *
  * An attempt is timed out only when its connection has answered nothing
  * for the route's timeout (p99 x timeout_p99_factor within the floor and

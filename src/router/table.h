@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The routing table (issue 9, docs/ROUTING.md): remote key servers with
+/* The routing table (docs/ROUTING.md): remote key servers with
  * their region and priority, the keys they serve (SKIs or key-set names),
  * the regions each key may be served from, and the compliance-region bytes
  * of tag 0x17 mapped to region names (protocol P9).

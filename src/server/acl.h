@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Access lists (issue 10, docs/SECURITY.md): which client identities may
+/* Access lists (docs/SECURITY.md): which client identities may
  * use which keys, beyond the mutual TLS every client passes.
  *
  * The access_file is YAML, a list of rules:
@@ -72,7 +72,7 @@ void kl_acl_grant_conn(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls);
  * replaced since g was matched, the peer (tls) is matched again first. */
 bool kl_acl_allows(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,
                    const kl_key *key);
-/* The same for a key this server does not hold (issue 9: forwarded to a
+/* The same for a key this server does not hold (forwarded to a
  * remote key server), known here by its SKI only: `ski:` and "*" rules can
  * name it, `dir:` and `file:` rules (local files) cannot. */
 bool kl_acl_allows_ski(kl_acl *a, kl_acl_grant *g, const kl_tls_conn *tls,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Activation (issue 4): obtaining the key server's own certificate
- * (auth_cert) from Cloudflare's Origin CA, as the reference server does.
- * keylessd makes an ECDSA P-384 key and a CSR for `hostname`
+/* Activation (docs/OPERATIONS.md "Activation"): obtaining the key server's own
+ * certificate (auth_cert) from Cloudflare's Origin CA, as the reference server
+ * does. keylessd makes an ECDSA P-384 key and a CSR for `hostname`
  * (keys/enrol.h), POSTs the CSR with the Origin CA key to `init_endpoint`,
  * and stores the certificate it gets back. The request and the answer
  * (activate_api.c) are pure functions so that they can be unit-tested and

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The Origin CA API call over HTTP (activate.h), with libcurl
- * (architecture.md section 7). The Origin CA key travels in one request
+ * (docs/OPERATIONS.md "Activation"). The Origin CA key travels in one request
  * header and nowhere else: it is not in the URL, not in a log line, and
  * not sent on to a redirect target. */
 #include <stdarg.h>

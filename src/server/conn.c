@@ -46,8 +46,8 @@ static void format_addr(const struct sockaddr *sa, char *out, size_t cap)
 bool kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
 {
     kl_server *srv = s->srv;
-    /* issue 10: over max_connections or its source's handshake cap, close
-     * at once; issue 5: at max_handshaking, the caller keeps it and stops
+    /* over max_connections or its source's handshake cap, close
+     * at once; at max_handshaking, the caller keeps it and stops
      * accepting until a handshake slot frees (limits.c). */
     kl_src src;
     kl_admit a = kl_limits_admit(s, sa, &src);
@@ -115,20 +115,20 @@ void kl_conn_close(kl_conn *c)
     kl_shard *s = c->shard;
     kl_limits_release(s, c->state == KL_CONN_HANDSHAKE, &c->src);
     kl_acl_grant_release(&c->acl);
-    /* workers skip the jobs still queued for it (issue 10) */
+    /* workers skip the jobs still queued for it */
     atomic_store_explicit(&c->gone, true, memory_order_relaxed);
     kl_watch_stop(s->loop, &c->watch);
     kl_timer_stop(s->loop, &c->timer);
     kl_tls_conn_free(c->tls);
     c->tls = NULL;
     /* unsent responses have nobody to go to: their bytes go back to the
-     * budget now (issue 5) */
+     * budget now */
     kl_outbuf_free(&c->out);
     kl_conn_held_sync(c);
     close(c->fd);
     c->fd = -1;
     kl_conn_set_state(c, KL_CONN_CLOSED);
-    kl_routed_cancel_all(c); /* issue 9: nothing more goes upstream */
+    kl_routed_cancel_all(c); /* nothing more goes upstream */
     /* Move from the live list to the closed list; the shard frees it once
      * no job refers to it any more (jobs still running come back to it and
      * their answers are discarded). */
@@ -197,7 +197,7 @@ void kl_conn_drain(kl_conn *c)
 
 /* ---- limits and interest ---- */
 
-/* issue 5, max_buffered: each shard holds at most its share of the
+/* max_buffered: each shard holds at most its share of the
  * process-wide budget in crypto jobs (payload copy and output space) and
  * output buffers (their capacity: what malloc really holds). */
 static size_t shard_budget(const kl_shard *s)
@@ -237,7 +237,7 @@ int kl_conn_read_block(const kl_conn *c)
     if (c->inflight >= srv->o.max_inflight_per_conn ||
         kl_outbuf_pending(&c->out) >= srv->o.max_output)
         return KL_CONN_LIMIT;
-    /* issue 5: over the shard's budget, only connections that hold nothing
+    /* over the shard's budget, only connections that hold nothing
      * (no request in flight, no unsent response) may read, one request at
      * a time: clients that do not read their answers cannot starve the
      * others, and memory stays within the budget plus one request per
@@ -324,7 +324,7 @@ static void process_frames(kl_conn *c)
     c->in_len -= off;
 }
 
-/* An empty input buffer is not kept (issue 5: an idle connection costs
+/* An empty input buffer is not kept (an idle connection costs
  * no 16 KiB); a connection holds one only while part of a frame waits. */
 static void release_input(kl_conn *c)
 {
@@ -350,7 +350,7 @@ static void read_input(kl_conn *c)
         if (kl_conn_read_block(c) != KL_CAN_READ)
             break;
         if (i == KL_READS_PER_WAKE) {
-            /* Bounded work per wake-up (style.md 8); continue next turn. */
+            /* Bounded work per wake-up; continue next turn. */
             kl_shard_mark_ready(c->shard, c);
             break;
         }
@@ -392,7 +392,7 @@ static void read_input(kl_conn *c)
                      c->inflight ? " with requests in flight" : "");
             kl_conn_close(c);
         } else {
-            kl_metrics_failed_connection(c->shard->mx); /* issue 11 */
+            kl_metrics_failed_connection(c->shard->mx);
             kl_conn_close_with(c, KL_LOG_INFO, "read failed",
                                kl_tls_last_error(c->tls));
         }
@@ -426,7 +426,7 @@ void kl_conn_flush(kl_conn *c)
         } else if (io == KL_IO_WANT_READ) {
             c->write_wants_read = true;
         } else {
-            kl_metrics_failed_connection(c->shard->mx); /* issue 11 */
+            kl_metrics_failed_connection(c->shard->mx);
             kl_conn_close_with(c, KL_LOG_INFO, "write failed",
                                io == KL_IO_EOF ? "peer closed"
                                                : kl_tls_last_error(c->tls));
@@ -435,7 +435,7 @@ void kl_conn_flush(kl_conn *c)
         break;
     }
     /* nothing in flight and all sent: the connection is idle for now, and
-     * an idle connection keeps no output buffer (issue 5) */
+     * an idle connection keeps no output buffer */
     if (kl_outbuf_pending(&c->out) == 0 && c->inflight == 0)
         kl_outbuf_free(&c->out);
     kl_conn_held_sync(c);
@@ -450,12 +450,12 @@ static void handshake(kl_conn *c)
     kl_shard *s = c->shard;
     kl_io io = kl_tls_handshake(c->tls);
     if (io != KL_IO_EOF && io != KL_IO_ERROR && kl_limits_handshake_too_big(c))
-        return; /* issue 10: closed (max_handshake_bytes) */
+        return; /* closed (max_handshake_bytes) */
     switch (io) {
     case KL_IO_OK:
         kl_limits_handshake_done(s, &c->src);
         kl_conn_set_state(c, KL_CONN_OPEN);
-        kl_mx_peer_cert(c); /* issue 11: the client certificate's expiry */
+        kl_mx_peer_cert(c); /* the client certificate's expiry */
         snprintf(c->peer, sizeof c->peer, "%s", kl_tls_peer_name(c->tls));
         kl_acl_grant_conn(s->srv->o.acl, &c->acl, c->tls);
         KL_COUNT(s->st.handshakes);

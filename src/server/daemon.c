@@ -81,7 +81,7 @@ int kl_daemon_main(int argc, char **argv, const char *version)
                      cfg->manual_activation;
     kl_log_set_level(reporting && cfg->loglevel > KL_LOG_INFO ? KL_LOG_INFO
                                                               : cfg->loglevel);
-    kl_log_set_format(kl_log_format_parse(cfg->log_format)); /* issue 11 */
+    kl_log_set_format(kl_log_format_parse(cfg->log_format));
     if (cfg->loaded_file)
         kl_debug("configuration file %s", cfg->loaded_file);
     for (size_t i = 0; i < cfg->nwarnings; i++)
@@ -89,7 +89,7 @@ int kl_daemon_main(int argc, char **argv, const char *version)
     /* --check only: the values that did not parse (config.h) */
     for (size_t i = 0; i < cfg->nerrors; i++)
         kl_error("%s", cfg->errors[i]);
-    /* issue 10: no core dumps and enough descriptors, before any key is
+    /* no core dumps and enough descriptors, before any key is
      * read into memory. */
     kl_problems earlier = {
         .errors = cfg->nerrors,
@@ -123,7 +123,7 @@ int kl_daemon_main(int argc, char **argv, const char *version)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    /* activation (issue 4): enrol, renew or refuse before loading */
+    /* activation: enrol, renew or refuse before loading */
     if (kl_activate_startup(cfg) != 0) {
         kl_error("not starting: see the activation messages above");
         kl_config_free(cfg);

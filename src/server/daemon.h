@@ -2,7 +2,7 @@
 /* keylessd as a process (cmd/keylessd.c is a thin main over this): the
  * modes (--check, --keystore-debug, --output-config, --config-only, ...),
  * startup with the certificate checks, serving, and reload on SIGHUP or a
- * change in a key directory (issue 4). */
+ * change in a key directory. */
 #ifndef KL_SERVER_DAEMON_H
 #define KL_SERVER_DAEMON_H
 

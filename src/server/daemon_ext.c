@@ -130,7 +130,7 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
     kl_certcheck_client(&cc);
 }
 
-/* issue 11, docs/TRACING.md: one span ring per shard. A tracer that
+/* docs/TRACING.md: one span ring per shard. A tracer that
  * cannot start is reported and keylessd serves without it. */
 static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
 {
@@ -277,7 +277,7 @@ static void on_scrape(kl_metrics *m, void *arg)
             kl_metrics_set_queue_depth(
                 m, c, kl_pool_queued(x->pool, (kl_cost_class)c));
     kl_metrics_set_keys_loaded(m, atomic_load(&x->keys));
-    /* issue 11: per upstream route, and the trace exporter */
+    /* per upstream route, and the trace exporter */
     if (x->router) {
         kl_remote_stats st[64];
         kl_metrics_route mr[64];

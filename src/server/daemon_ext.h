@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Private to the daemon: its optional parts beside the serving core - the
- * geo router (issue 9, docs/ROUTING.md) and the metrics endpoint with
- * /health and /ready (issue 11, docs/METRICS.md). Kept apart from
+ * geo router (docs/ROUTING.md) and the metrics endpoint with
+ * /health and /ready (docs/METRICS.md). Kept apart from
  * daemon_run.c so that each can be read (and changed) on its own.
  *
  * Order (daemon_run.c):
@@ -30,7 +30,7 @@ typedef struct kl_daemon_ext {
     kl_metrics *metrics;   /* NULL: metrics_port 0 */
     kl_metrics_http *http; /* NULL: not serving (off, or the bind failed) */
     kl_pool *pool;         /* for the queue depths at scrape */
-    kl_tracer *tracer;     /* NULL: tracing_enabled false (issue 11) */
+    kl_tracer *tracer;     /* NULL: tracing_enabled false */
     atomic_bool listening, draining;
     _Atomic uint64_t keys; /* keys loaded, for /ready */
     /* the certificate files exported as certificate_expiration_* */

@@ -157,7 +157,7 @@ kl_tls_ctx *kl_daemon_load_tls(const kl_config *cfg, kl_problems *p)
         .ca_file = cfg->cloudflare_ca_cert,
         .disable_tls13 = !cfg->tls13,
         .verify_time = cfg->has_current_time ? cfg->current_time_unix : 0,
-        /* a session for every connection there may be (issue 5) */
+        /* a session for every connection there may be */
         .session_cache = cfg->max_connections,
     };
     char err[512];

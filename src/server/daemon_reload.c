@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reload (issue 4): everything is built beside what is serving, then
- * swapped in at once (server/res.c); a failure keeps what is serving. The
- * rules:
+/* Reload (docs/OPERATIONS.md "Signals and reload"): everything is built beside
+ * what is serving, then swapped in at once (server/res.c); a failure keeps what
+ * is serving. The rules:
  *  - a key file that fails is reported and skipped, the others are served;
  *  - a new store that came out empty with errors (a directory that became
  *    unreadable) does not replace a store that had keys;
@@ -99,7 +99,7 @@ static void report_restart_only(const kl_config *old, const kl_config *now)
     }
 }
 
-/* issue 10: the access lists, parsed beside those in effect and swapped
+/* the access lists, parsed beside those in effect and swapped
  * in at once (acl.h); a broken file keeps them. Whether there are lists at
  * all is fixed at start: the server holds them from then on, and dropping
  * them by a reload would open every key to every client. false: a problem
@@ -141,7 +141,8 @@ static bool reload_acl(kl_reloader *r, const kl_config *cfg)
  * certificate chain, CA and options as loaded: kl_tls_ctx_same). Then the
  * serving context stays, and with it its session cache: a reload for keys
  * or access lists, or a SIGHUP with the same files, does not make every
- * edge pay a full handshake (issue 5, reconnect storms). A changed CA or
+ * edge pay a full handshake (docs/DESIGN.md "Limits and backpressure",
+ * resumption across a reload). A changed CA or
  * identity gets a new context, whose empty cache resumes no session made
  * under the old one. Only this (main) thread swaps srv->tls_res; the lock
  * is for the shards that read it. */
@@ -238,7 +239,7 @@ void kl_reloader_run(kl_reloader *r, const char *why)
     } else {
         if (ks) {
             r->keys = ks;
-            /* issue 12: the blocking workers follow the tokens' sessions */
+            /* the blocking workers follow the tokens' sessions */
             kl_pool_set_blocking_workers(r->srv->o.pool,
                                          (int)kl_keystore_token_sessions(ks));
         }
@@ -252,7 +253,7 @@ void kl_reloader_run(kl_reloader *r, const char *why)
     }
     kl_watcher_set(r->watch, cfg);
     if (r->ext) {
-        /* issue 9: the routing table is re-read too (it is also polled) */
+        /* the routing table is re-read too (it is also polled) */
         ok = kl_ext_reload_router(r->ext) && ok;
         kl_ext_reloaded(r->ext, cfg, ok, kl_keystore_count(r->keys));
     }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Private to the daemon: reloading keys, the auth certificate and the CA
- * from the configuration, re-read (issue 4). */
+ * from the configuration, re-read. */
 #ifndef KL_SERVER_DAEMON_RELOAD_H
 #define KL_SERVER_DAEMON_RELOAD_H
 

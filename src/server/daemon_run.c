@@ -61,7 +61,7 @@ static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
                                kl_tls_ctx *tls, kl_pool *pool,
                                const kl_daemon_ext *x)
 {
-    /* issue 10: access lists, checked before anything listens */
+    /* access lists, checked before anything listens */
     kl_acl *acl = NULL;
     if (cfg->access_file && *cfg->access_file) {
         char aerr[512];
@@ -99,11 +99,11 @@ static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
         .max_handshaking_per_source = (uint32_t)cfg->max_handshaking_per_source,
         .max_handshake_bytes = (uint32_t)cfg->max_handshake_bytes,
         .max_output = (size_t)cfg->max_output_per_conn,
-        .max_buffered = (size_t)cfg->max_buffered_bytes, /* issue 5 */
+        .max_buffered = (size_t)cfg->max_buffered_bytes,
         .acl = acl,
-        .router = x->router,   /* issue 9 */
-        .metrics = x->metrics, /* issue 11 */
-        .tracer = x->tracer,   /* issue 11 */
+        .router = x->router,
+        .metrics = x->metrics,
+        .tracer = x->tracer,
         .access_log_sample_rate = cfg->access_log_sample_rate,
     };
     char err[512];
@@ -176,7 +176,7 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
     sigaddset(&set, SIGHUP);
     int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     /* HSM keys run on blocking workers, as many as the tokens have
-     * sessions (architecture 2: blocking back ends). */
+     * sessions (blocking back ends). */
     /* before any serving thread starts: they apply it themselves */
     kl_sched_configure(cfg->realtime_priority);
     kl_pool_opts po = {

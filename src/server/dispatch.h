@@ -26,7 +26,7 @@ kl_disp kl_dispatch_decide(kl_status parse_status, const kl_request *req);
 /* Reads a tag-0x16 request context (protocol P3, P9) into out, with the
  * result of kl_req_context_parse. The one form keylessd's own clients send
  * with every request, exactly {"deadline_ms":N}, is read without a JSON
- * parser (issue 5: jansson was 2% of the server's CPU per ECDSA signature);
+ * parser (jansson was 2% of the server's CPU per ECDSA signature);
  * any other text goes to kl_req_context_parse. */
 KL_WUR kl_status kl_dispatch_context(const uint8_t *p, size_t len,
                                      kl_req_context *out);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Private to src/server: shards, connections, jobs. Threading rule
- * (style.md 7): a connection and everything in a shard except its
+/* Private to src/server: shards, connections, jobs. Threading rule:
+ * a connection and everything in a shard except its
  * completion queue are touched only by the shard's thread; workers touch a
  * job only between kl_pool_submit() and pushing it onto the queue. */
 #ifndef KL_SERVER_INTERNAL_H
@@ -20,7 +20,7 @@
 
 #define KL_READS_PER_WAKE 16   /* TLS reads per connection per wake-up */
 #define KL_WRITES_PER_FLUSH 16 /* TLS writes per connection per turn */
-#define KL_ACCEPTS_PER_WAKE 8  /* style.md 8 */
+#define KL_ACCEPTS_PER_WAKE 8
 #define KL_IN_INITIAL (16u * 1024u)
 
 typedef struct kl_shard kl_shard;
@@ -45,7 +45,7 @@ typedef struct kl_pin {
     struct kl_pin *next; /* the shard's retired pins */
 } kl_pin;
 
-/* A counter with one writer (its shard) and relaxed readers (style.md 11). */
+/* A counter with one writer (its shard) and relaxed readers. */
 typedef _Atomic uint64_t kl_counter;
 #define KL_COUNT(c) KL_COUNT_N(c, 1)
 #define KL_COUNT_N(c, n)                                                       \
@@ -57,7 +57,7 @@ typedef struct kl_shard_stats {
     kl_counter accepted, handshakes, handshake_failed, health_checks, requests,
         responses, errors, shed, version_mismatch, stray_bytes, idle_closed,
         read_pauses;
-    /* issue 10: limits.c, acl.c */
+    /* limits.c, acl.c */
     kl_counter conn_refused, handshake_refused, acl_refused;
 } kl_shard_stats;
 
@@ -117,10 +117,10 @@ typedef struct kl_srv_job {
     kl_conn *conn;
     kl_pin *pin; /* the key store job.key lives in */
     uint32_t id;
-    /* metrics (issue 11): read, execution start (estimated, see
+    /* metrics: read, execution start (estimated, see
      * metrics_glue.c) and end, monotonic ns; 0 when metrics are off */
     uint64_t t0_ns, start_ns, done_ns;
-    /* tracing (issue 11): the request's trace, and when it was queued */
+    /* tracing: the request's trace, and when it was queued */
     kl_trace_ref trace;
     uint64_t queued_ns;
     const char *request_id; /* NULL or points into data */
@@ -146,7 +146,7 @@ struct kl_shard {
     int listen_fd;
     kl_watch listen_watch;
     kl_timer accept_retry;
-    /* issue 5, accept back-pressure (limits.c): at max_handshaking the
+    /* accept back-pressure (limits.c): at max_handshaking the
      * listener stops (listen_parked) holding the socket accepted last
      * (held_fd, -1: none; its address in held_sa); accept_blocked asks
      * the shard that frees a handshake slot to wake this one */
@@ -187,11 +187,11 @@ struct kl_shard {
     uint32_t log_lines, log_suppressed;
     uint64_t refusal_log_ns; /* rate limit of limits.c's warnings */
     kl_timer loglimit_timer; /* a summary of lines left out (loglimit.c) */
-    /* issue 5: fast operations run inline while the turn has used less
+    /* fast operations run inline while the turn has used less
      * than inline_ns (0: never); how many ran here and in the pool */
     uint64_t inline_ns;
     uint64_t inlined, pooled;
-    /* issue 5: bytes held for crypto jobs in flight and output buffers
+    /* bytes held for crypto jobs in flight and output buffers
      * (conn.c), against max_buffered / nshards */
     size_t held;
 
@@ -216,7 +216,7 @@ struct kl_server {
     pthread_mutex_t res_mu;
     kl_res *keys_res, *tls_res;
     _Atomic uint64_t gen;
-    /* issue 10 (limits.c): admitted connections, and those of them still
+    /* limits.c: admitted connections, and those of them still
      * in their handshake */
     atomic_uint nconns, nhandshaking;
     struct kl_src_table *src_caps; /* per source; NULL: not tracked */
@@ -233,7 +233,7 @@ enum {
     KL_NOT_OPEN,
     KL_CONN_LIMIT,
     KL_PROCESS_LIMIT,
-    KL_BUDGET_LIMIT /* the shard's share of max_buffered (issue 5) */
+    KL_BUDGET_LIMIT /* the shard's share of max_buffered */
 };
 
 /* conn.c */
@@ -261,7 +261,7 @@ void kl_conn_update_interest(kl_conn *c);
 void kl_conn_drain(kl_conn *c);
 void kl_conn_close(kl_conn *c);
 void kl_conn_free(kl_conn *c);
-/* issue 5 (max_buffered): brings shard->held up to date with c's output
+/* max_buffered: brings shard->held up to date with c's output
  * buffer; the shard gave back n held bytes. */
 void kl_conn_held_sync(kl_conn *c);
 void kl_shard_held_release(kl_shard *s, size_t n);
@@ -275,7 +275,7 @@ void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
 void kl_conn_answer_error(kl_conn *c, uint32_t id, uint8_t err,
                           const char *request_id, const char *detail);
 
-/* metrics_glue.c (issue 11). Every call accepts s->mx == NULL. */
+/* metrics_glue.c. Every call accepts s->mx == NULL. */
 /* keylessd_connections{state}: c moves to state `to`. */
 void kl_conn_set_state(kl_conn *c, kl_conn_state to);
 /* A request was read (t0: kl_now_ns() then, or 0 with metrics off). */
@@ -302,7 +302,7 @@ void kl_mx_peer_cert(kl_conn *c);
  * histogram and the key-lookup span. */
 void kl_mx_key_lookup(kl_shard *s, uint64_t tk, const uint8_t *ski, bool found);
 
-/* Tracing (issue 11, metrics_glue.c, docs/TRACING.md). With tracing off
+/* Tracing (metrics_glue.c, docs/TRACING.md). With tracing off
  * (s->tr NULL) each of these is one predictable branch. */
 void kl_tr_request_read_(kl_conn *c, const kl_request *req,
                          const kl_req_context *ctx, uint64_t t0_ns);
@@ -337,7 +337,7 @@ static inline void kl_tr_request_end(kl_conn *c, int err)
         kl_tr_request_end_(c, err);
 }
 
-/* routed.c: requests for keys held elsewhere (issue 9, docs/ROUTING.md) */
+/* routed.c: requests for keys held elsewhere (docs/ROUTING.md) */
 /* Forwards req through the server's router; answered later through the
  * shard's completion queue (KL_ROUTED_LATER). Counted in flight like a
  * crypto job. A request refused here (access lists, out of memory) is
@@ -410,7 +410,7 @@ void kl_shard_routed_flush(void *srv);
  * its pin, free it. */
 void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj);
 /* Whether a fast operation may run inline on the shard now (the turn's
- * inline budget, issue 5). */
+ * inline budget). */
 bool kl_shard_may_inline(const kl_shard *s);
 
 #endif

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Connection admission and process hardening (issue 10, docs/SECURITY.md).
+/* Connection admission and process hardening (docs/SECURITY.md).
  *
  * Why caps at accept time: a connection costs a descriptor, ~20 KiB of
  * buffers and a TLS state before its client has proved anything. An
@@ -9,7 +9,8 @@
  * the connection cap: authenticated clients are few and long-lived,
  * unauthenticated ones are what a flood consists of.
  *
- * What happens past each cap (issue 5, reconnect storms): a socket over
+ * What happens past each cap (reconnect storms, docs/DESIGN.md "Limits and
+ * backpressure"): a socket over
  * max_connections is closed right after accept() - its slot frees only
  * when a long-lived connection goes, so waiting would not end soon. At
  * max_handshaking the shard instead stops accepting: the connections

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Abuse resistance (issue 10): admission of new connections under the
+/* Abuse resistance (docs/SECURITY.md "Network: before authentication"):
+ * admission of new connections under the
  * connection and handshake caps (global and per source address), the
  * bytes a client may send before its handshake completes, and the process-wide
  * settings that keep key material out of core dumps and give the connection cap
@@ -55,7 +56,7 @@ typedef enum kl_admit {
     /* max_handshaking is reached: nothing counted; the caller keeps the
      * socket, stops accepting (the kernel's listen backlog holds the
      * next ones) and calls kl_limits_wait_slot; it asks again when its
-     * loop is woken (issue 5, accept back-pressure) */
+     * loop is woken (accept back-pressure) */
     KL_ADMIT_WAIT,
 } kl_admit;
 

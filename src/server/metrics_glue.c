@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Where the serving core records its metrics (issue 11, docs/METRICS.md):
+/* Where the serving core records its metrics (docs/METRICS.md):
  * each shard writes only its own slot (src/metrics: relaxed loads and
  * stores, no lock, no locked read-modify-write), and crypto jobs carry
  * their timestamps back to the shard, which records them when the answer
@@ -188,7 +188,7 @@ void kl_mx_key_lookup(kl_shard *s, uint64_t tk, const uint8_t *ski, bool found)
     kl_trace_ring_emit(s->tr, &sp);
 }
 
-/* ---- tracing (issue 11, docs/TRACING.md) --------------------------------
+/* ---- tracing (docs/TRACING.md) ------------------------------------------
  * A request's spans: the server span (read -> answer queued), and as its
  * children the key lookup, then either the queue wait and the execution
  * (a crypto job) or the route (a forwarded request; routed.c, whose

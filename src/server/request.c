@@ -62,7 +62,7 @@ static void answer_error(kl_conn *c, uint32_t id, uint8_t err,
         if (left_out)
             snprintf(more, sizeof more, " (and %u error responses not logged)",
                      left_out);
-        /* log_format json: the same line with its fields (issue 11) */
+        /* log_format json: the same line with its fields */
         kl_log_fields f = {.request_id = request_id,
                            .client = kl_conn_peer_label(c),
                            .connection = c->addr,
@@ -147,7 +147,7 @@ static void job_key_unhold(void *handle)
 #define DEFERRED (-1)
 
 /* Fast-class work runs on the shard itself when the turn's inline budget
- * allows (issue 5, docs/DESIGN.md "Inline fast operations"): the hand-off
+ * allows (docs/DESIGN.md "Inline fast operations"): the hand-off
  * to a worker and back costs more CPU than an ECDSA signature. */
 static bool run_inline(const kl_shard *s, const kl_srv_job *j)
 {
@@ -205,9 +205,9 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
     j->t0_ns = t0_ns;
     j->start_ns = j->done_ns = 0;
     if (s->mx)
-        j->job.done = kl_mx_job_done; /* notes when it ran (issue 11) */
+        j->job.done = kl_mx_job_done; /* notes when it ran */
     kl_tr_job_attach(s, j);
-    /* issue 10, admission control (P6 shedding): a request that the queue
+    /* admission control (P6 shedding): a request that the queue
      * ahead of it would keep past its deadline gets its error now, before
      * it costs a queue slot and a worker's wake-up. One run inline waits in
      * no queue (its deadline is still checked when it runs). */
@@ -226,10 +226,10 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
 
     c->inflight++;
     atomic_fetch_add(&srv->inflight, 1);
-    j->held = sizeof *j + plen + outcap + ridlen; /* issue 5 */
+    j->held = sizeof *j + plen + outcap + ridlen;
     s->held += j->held;
     if (here) {
-        /* no queue: wait 0, exec = the crypto (issue 11 metrics); the
+        /* no queue: wait 0, exec = the crypto (metrics); the
          * pool's rules still apply (P6: past its deadline, no crypto) */
         kl_pool_run_here(srv->o.pool, &j->job);
         if (j->t0_ns) {
@@ -295,7 +295,7 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
                      c->addr, hdr->id);
     }
     const char *rid = pctx && pctx->request_id[0] ? pctx->request_id : NULL;
-    if (st == KL_OK) /* issue 11: tag 0x15, sampling */
+    if (st == KL_OK) /* tag 0x15, sampling */
         kl_tr_request_read(c, &req, pctx, t0_ns);
     kl_disp d = kl_dispatch_decide(st, &req);
     switch (d.kind) {
@@ -318,13 +318,13 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
         const kl_key *key = kl_keystore_find(kl_shard_keys(s), req.ski);
         /* keyless_key_load_duration, and the key-lookup span */
         kl_mx_key_lookup(s, tk, req.ski, key != NULL);
-        /* issue 9: a key held elsewhere is forwarded (routed.c) */
+        /* a key held elsewhere is forwarded (routed.c) */
         if (!key && s->srv->o.router &&
             kl_router_has_key(s->srv->o.router, req.ski)) {
             int err = kl_routed_submit(c, &req, pctx, t0_ns);
             return err == KL_ROUTED_LATER ? DEFERRED : err;
         }
-        /* issue 10: a key the access lists refuse this client is answered
+        /* a key the access lists refuse this client is answered
          * as if it did not exist (acl.h); the log line says why. */
         bool refused =
             key && !kl_acl_allows(s->srv->o.acl, &c->acl, c->tls, key);
@@ -354,7 +354,7 @@ void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
     bool parsed;
     uint8_t opcode;
     int err = handle(c, hdr, body, len, t0, &parsed, &opcode);
-    /* answered at once: exec = total (issue 11) */
+    /* answered at once: exec = total */
     if (err != DEFERRED && parsed)
         kl_mx_request_done(s, opcode, (uint8_t)err, t0, UINT64_MAX);
     kl_tr_request_end(c, err); /* DEFERRED: its job ends the span */

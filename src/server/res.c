@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reload without dropping a request (issue 4): the key store and the TLS
+/* Reload without dropping a request (docs/DESIGN.md "Reload without
+ * dropping a request"): the key store and the TLS
  * context are swapped as a whole, never edited in place.
  *
  *  - kl_server_swap (main thread) builds nothing itself: it wraps the new

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Requests for keys this server does not hold but its routing table does
- * (issue 9, docs/ROUTING.md): handed to the router, which forwards them on
+ * (docs/ROUTING.md): handed to the router, which forwards them on
  * its own thread, and answered through the shard's completion queue like a
  * crypto job - so a 175 ms remote signature holds up nothing else on the
  * connection (protocol P8: answers leave as they become ready).
@@ -38,7 +38,7 @@ struct kl_srv_rjob {
     uint64_t t0_ns;      /* read (kl_now_ns), 0 with metrics off */
     uint64_t sent_ns;    /* handed to the router */
     uint64_t done_ns;    /* answered by the router */
-    kl_trace_ref trace;  /* issue 11: the request's trace */
+    kl_trace_ref trace;  /* the request's trace */
     uint64_t route_span; /* its route span, the attempts' parent */
     char request_id[KL_REQUEST_ID_MAX + 1];
 };
@@ -88,7 +88,8 @@ static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
         atomic_store(&s->rdone_wake, true);
 }
 
-/* Issue 10 for keys held elsewhere: the access lists judge a forwarded
+/* Access lists for keys held elsewhere
+ * (docs/SECURITY.md "Access lists"): the access lists judge a forwarded
  * key as they judge a local one, so a client gets the same refusal for a
  * key it may not use wherever the key lives (and nothing of the request
  * leaves this server). Here the key exists only as its SKI, which is what
@@ -133,7 +134,7 @@ int kl_routed_submit(kl_conn *c, const kl_request *req,
      * context, request context with hops + 1): the input buffer may move
      * on. done never runs inside this call. */
     kl_route_req rr = {req, ctx, false};
-    /* issue 11: a traced request goes upstream with our binary span
+    /* a traced request goes upstream with our binary span
      * context naming its route span; the router rewrites it per attempt */
     kl_request traced;
     uint8_t sc[KL_SPANCTX_BINARY_LEN];

@@ -16,7 +16,8 @@
 
 #define SEC 1000000000ull
 /* Past max_handshaking new connections wait in the listen backlog
- * (issue 5, reconnect storms): ask for the most, the kernel caps it at
+ * (reconnect storms, docs/DESIGN.md "Limits and backpressure"): ask for
+ * the most, the kernel caps it at
  * net.core.somaxconn (glibc's SOMAXCONN, 4096, would cap it below a raised
  * sysctl; docs/OPERATIONS.md "Connection limits and the listen backlog"). */
 #define KL_LISTEN_BACKLOG 65535
@@ -230,7 +231,7 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
     }
     srv->o.test_delays = srv->delays;
     srv->shards = calloc((size_t)srv->o.shards, sizeof *srv->shards);
-    bool src_oom; /* issue 10: limits.c */
+    bool src_oom; /* limits.c */
     srv->src_caps = kl_src_table_new(
         srv->o.max_handshaking, srv->o.max_handshaking_per_source, &src_oom);
     if (!srv->listen_address || (o->ntest_delays && !srv->delays) ||
@@ -272,7 +273,7 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
         if (srv->port == 0)
             srv->port = bound_port(s->listen_fd);
     }
-    /* issue 9: forwarded answers wake the shards in the router's batches
+    /* forwarded answers wake the shards in the router's batches
      * (the router is freed before the server: server.h) */
     if (srv->o.router)
         kl_router_set_flush(srv->o.router, kl_shard_routed_flush, srv);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* keylessd's serving core (architecture 2, protocol P1/P2/P5/P6/P8): shards
+/* keylessd's serving core (protocol P1/P2/P5/P6/P8): shards
  * (one epoll loop thread each, own SO_REUSEPORT listener, connections for
  * life), mutual TLS, request dispatch, crypto handed to the worker pool,
  * completions returned to the owning shard and written as soon as they are
@@ -10,7 +10,7 @@
  * kl_server_wait -> kl_pool_free (the pool may still call back into the
  * server's completion queues until then) -> kl_server_free.
  *
- * Reload (issue 4): kl_server_swap replaces the key store and/or the TLS
+ * Reload: kl_server_swap replaces the key store and/or the TLS
  * context while the shards serve; requests in flight finish with the store
  * they started with, connections keep the context they were accepted with,
  * and each old object is freed once nothing uses it (res.c). */
@@ -54,28 +54,29 @@ typedef struct kl_server_opts {
     uint64_t max_queue_time_ns;     /* 0: no limit */
     const kl_server_delay *test_delays;
     size_t ntest_delays;
-    /* issue 10 (limits.c, acl.c, docs/SECURITY.md) */
+    /* limits.c, acl.c (docs/SECURITY.md) */
     uint32_t max_connections; /* 0: 10000; more are closed at accept */
     uint32_t max_handshaking; /* 0: 1000 not yet authenticated */
     uint32_t max_handshaking_per_source; /* 0: 100 (address or IPv6 /64) */
     uint32_t max_handshake_bytes; /* 0: 64 KiB before the handshake ends */
     struct kl_acl *acl;           /* access lists; NULL: none. Owned by the
                                      server once kl_server_new succeeded */
-    /* Geo routing (issue 9): a request for a key the store does not hold
+    /* Geo routing: a request for a key the store does not hold
      * is forwarded when the router's table has it. Not owned; it must
      * outlive the shards' requests: free it after kl_server_wait and
      * before kl_server_free (its last answers still go to the shards'
      * completion queues). NULL: no routing. */
     kl_router *router;
-    /* Metrics (issue 11): each shard records into a slot of its own. Not
+    /* Metrics: each shard records into a slot of its own. Not
      * owned; freed after kl_server_free. NULL: none. */
     kl_metrics *metrics;
-    /* Tracing (issue 11, metrics/trace.h): shard i records into ring i of
+    /* Tracing (metrics/trace.h): shard i records into ring i of
      * the tracer (it needs kl_server_shards rings). Not owned; freed after
      * kl_server_free. NULL: tracing off. */
     struct kl_tracer *tracer;
     /* Fraction of successful key operations logged as access lines at
-     * info level (issue 11, Logs); 0: none, the reference's quiet. */
+     * info level (docs/OPERATIONS.md "Logs"); 0: none, the reference's quiet.
+     */
     double access_log_sample_rate;
 } kl_server_opts;
 
@@ -102,7 +103,7 @@ KL_WUR kl_status kl_server_swap(kl_server *s, kl_keystore *keys,
 /* Incremented by every swap (for tests and logs). */
 uint64_t kl_server_generation(const kl_server *s);
 
-/* Counters, summed over shards (style.md 11). */
+/* Counters, summed over shards. */
 typedef struct kl_server_stats {
     uint64_t accepted;
     uint64_t handshakes;       /* completed */

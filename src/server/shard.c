@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* A shard: one thread, one epoll loop, one SO_REUSEPORT listener, the
  * connections it accepted, and the completion queue through which worker
- * threads hand finished jobs back (style.md 7: a queue and a wake-up, never
+ * threads hand finished jobs back (a queue and a wake-up, never
  * spinning). Per loop turn the before-sleep hook processes input left for
  * later, then flushes every connection that got output during the turn - so
  * all responses that became ready in one turn leave in one TLS write per
@@ -18,7 +18,8 @@
 #include "server/internal.h"
 
 #define ACCEPT_RETRY_NS (100u * 1000000u)
-/* inline budget per loop turn (issue 5; measured, docs/DESIGN.md) */
+/* inline budget per loop turn (measured: docs/DESIGN.md "Inline fast
+ * operations, wake-ups and memory") */
 #define KL_INLINE_TURN_NS (500u * 1000u)
 
 void kl_shard_mark_ready(kl_shard *s, kl_conn *c)
@@ -58,7 +59,7 @@ void kl_shard_job_done(kl_job *job)
      * non-empty list has a wake-up on its way. But a pool worker may hold
      * that wake-up while it runs more jobs (kl_pool_defer_wake: at
      * saturation only, 2 ms at most; the shard then wakes once for a batch
-     * of answers instead of once per RSA signature, issue 5). So any job
+     * of answers instead of once per RSA signature). So any job
      * but an RSA one asks again: its answer must not wait for an RSA
      * worker's batch (asking costs two atomics while the shard is awake or
      * an eventfd write is pending, loop.c). RSA jobs do not: asking for
@@ -67,10 +68,10 @@ void kl_shard_job_done(kl_job *job)
         kl_loop_wake(s->loop);
 }
 
-/* Sampled access lines (issue 11, Logs): one info line for a fraction of
- * successful key operations, with the request's fields (JSON members with
- * log_format: json). The sampler is a per-thread xorshift: a shard thread
- * owns its state, and its quality only has to spread the sample. */
+/* Sampled access lines (docs/OPERATIONS.md "Logs"): one info line for a
+ * fraction of successful key operations, with the request's fields (JSON
+ * members with log_format: json). The sampler is a per-thread xorshift: a shard
+ * thread owns its state, and its quality only has to spread the sample. */
 static bool access_sampled(double rate)
 {
     static _Thread_local uint64_t x;
@@ -217,7 +218,7 @@ static void close_listener(kl_shard *s)
     s->listen_fd = -1;
 }
 
-/* issue 5, accept back-pressure: max_handshaking is reached. The socket
+/* accept back-pressure: max_handshaking is reached. The socket
  * just accepted waits here and the rest in the kernel's listen backlog
  * (limits.c says why) until a handshake slot frees; kl_limits_wait_slot
  * has this shard woken then (resume_accepting, from on_wake). */
@@ -317,7 +318,7 @@ static void on_accept_retry(kl_loop *l, kl_timer *t)
 static void on_listen(kl_loop *l, kl_watch *w, unsigned events)
 {
     kl_shard *s = w->data;
-    /* A few connections per wake-up (style.md 8): a connect storm cannot
+    /* A few connections per wake-up: a connect storm cannot
      * starve the connections already served. */
     for (int i = 0; i < KL_ACCEPTS_PER_WAKE; i++) {
         struct sockaddr_storage ss;
@@ -412,9 +413,9 @@ kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
         return KL_E_IO;
     }
     kl_loop_set_wake_fn(s->loop, on_wake, s);
-    if (srv->o.metrics) /* issue 11: written by this shard's thread only */
+    if (srv->o.metrics) /* written by this shard's thread only */
         s->mx = kl_metrics_local_new(srv->o.metrics, index);
-    s->tr = kl_tracer_ring(srv->o.tracer, (unsigned)index); /* issue 11 */
+    s->tr = kl_tracer_ring(srv->o.tracer, (unsigned)index);
     kl_loop_set_before_sleep(s->loop, before_sleep, s);
     s->inline_ns = KL_INLINE_TURN_NS;
     kl_shard_sync(s);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Watching key directories (inotify) so that a key copied in or removed
- * is served or dropped without a SIGHUP (issue 4). Private to the daemon. */
+ * is served or dropped without a SIGHUP. Private to the daemon. */
 #ifndef KL_SERVER_WATCH_H
 #define KL_SERVER_WATCH_H
 

@@ -3,12 +3,12 @@
  * identity (auth_cert/auth_key, issued for its hostname) with the keys it
  * serves, or the CA its clients chain to with either. This module reads the
  * three files the way an operator would and explains each problem naming
- * the files (issue 4): certificate and key do not match; the certificate
- * expired, is not yet valid or expires within 30 days; it lacks the
- * serverAuth usage; a private key where a certificate belongs or the
- * reverse; a CA file without a CA; certificates inside a key directory.
- * It uses X509/PEM calls only (no SSL_*) and loads nothing into a TLS
- * context: kl_tls_server_ctx_new does that once the files pass. */
+ * the files (docs/OPERATIONS.md "Certificates"): certificate and key do not
+ * match; the certificate expired, is not yet valid or expires within 30 days;
+ * it lacks the serverAuth usage; a private key where a certificate belongs or
+ * the reverse; a CA file without a CA; certificates inside a key directory. It
+ * uses X509/PEM calls only (no SSL_*) and loads nothing into a TLS context:
+ * kl_tls_server_ctx_new does that once the files pass. */
 #ifndef KL_TLS_CERTCHECK_H
 #define KL_TLS_CERTCHECK_H
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The only file that calls SSL_* (style.md 9): context building for the
+/* The only file that calls SSL_*: context building for the
  * key server and its clients, and one translation of SSL_get_error. */
 #include "tls/tls.h"
 
@@ -445,7 +445,7 @@ static kl_tls_ctx *ctx_new(const kl_tls_opts *o, bool is_server, char *err,
          * ticket carries the client's certificate, and decoding it was
          * about half of a resumed handshake's ~480 us (d2i_SSL_SESSION);
          * from the cache a resumed handshake costs ~220 us - what decides
-         * a reconnect storm of thousands of edges (issue 5, bench/RESULTS
+         * a reconnect storm of thousands of edges (bench/RESULTS
          * "reconnect storm"). One context serves every shard, so one
          * cache does too. A reload keeps the serving context, cache and
          * all, when the new one was built from the same material
@@ -573,7 +573,7 @@ void kl_tls_conn_free(kl_tls_conn *c)
     free(c);
 }
 
-/* The single translation of SSL_get_error (style.md 9). */
+/* The single translation of SSL_get_error. */
 static kl_io translate(kl_tls_conn *c, int ret)
 {
     int e = SSL_get_error(c->ssl, ret);

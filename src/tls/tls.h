@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* All of OpenSSL's SSL_* API lives behind this interface (style.md 9):
+/* All of OpenSSL's SSL_* API lives behind this interface:
  * context building for the server and the client, and non-blocking (or
  * blocking) record I/O on a socket with one translation of SSL_get_error.
  * Nothing outside src/tls calls SSL_*. */
@@ -88,7 +88,7 @@ size_t kl_tls_pending(const kl_tls_conn *c);
 /* True once any byte arrived from the peer: a connection closed before
  * that is a load-balancer health check, logged at debug only (P1). */
 bool kl_tls_handshake_started(const kl_tls_conn *c);
-/* Bytes read from the socket so far (issue 10: max_handshake_bytes). */
+/* Bytes read from the socket so far (max_handshake_bytes). */
 uint64_t kl_tls_bytes_read(const kl_tls_conn *c);
 /* Sends close_notify (best effort, never blocks long). */
 void kl_tls_shutdown(kl_tls_conn *c);

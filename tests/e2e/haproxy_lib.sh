@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # HAProxy for the end-to-end test (test_haproxy.sh) and the benchmark
-# (bench/haproxy/run.sh), issue 8. Sourced after lib.sh; skips when the
+# (bench/haproxy/run.sh). Sourced after lib.sh; skips when the
 # Debian package `haproxy` (2.6+, OpenSSL 3) is missing.
 HAPROXY=${HAPROXY:-$(command -v haproxy || echo /usr/sbin/haproxy)}
 [ -x "$HAPROXY" ] || skip "haproxy is not installed (Debian: haproxy)"

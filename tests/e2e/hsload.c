@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* hsload: many concurrent TLS handshakes against one server, for the
- * HAProxy end-to-end test and bench/haproxy/run.sh (issue 8). One thread,
+ * HAProxy end-to-end test and bench/haproxy/run.sh. One thread,
  * non-blocking sockets, epoll; every connection is a new full handshake
  * (no session reuse), closed as soon as it completes.
  *

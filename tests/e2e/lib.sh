@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
-# Shared by the end-to-end tests of the keyless provider (issue 7): a test
+# Shared by the end-to-end tests of the keyless provider: a test
 # PKI, a keylessd holding the real keys, certificates and key references
 # for them, and an openssl.cnf that loads keyless.so after the default
-# provider; for issue 8 also certificates named for SNI, the SKI of a
-# certificate (keylessd --test-delay) and the handshake client hsload.
+# provider; for the asynchronous key operations also certificates named
+# for SNI, the SKI of a certificate (keylessd --test-delay) and the
+# handshake client hsload.
 # Sourced; every helper fails the test with a message.
 set -euo pipefail
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# End-to-end, issue 8: HAProxy (Debian package, master-worker, 2 threads)
+# End-to-end, asynchronous key operations (docs/PROVIDER.md "Asynchronous
+# key operations"): HAProxy (Debian package, master-worker, 2 threads)
 # with `ssl-mode-async` and the keyless provider loaded by `ssl-provider`,
 # certificates in HAProxy-style bundles (certificate + key reference), two
 # certificates told apart by SNI. keylessd delays every request on the

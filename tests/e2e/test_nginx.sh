@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# End-to-end, issue 7 tests 2 and 3: nginx (a master and 2 workers) with
+# End-to-end: nginx (a master and 2 workers) with
 # `ssl_certificate_key` pointing at a keyless key reference, keyless.so
 # loaded through OPENSSL_CONF, no private key on nginx's side.
 #  - curl gets the page over HTTPS and verifies the chain; keylessd did the

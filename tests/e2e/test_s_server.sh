@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# End-to-end, issue 7 test 1: `openssl s_server` holding only certificates
+# End-to-end: `openssl s_server` holding only certificates
 # and keyless key references (keyless.so loaded through openssl.cnf after
 # the default provider) completes handshakes with `openssl s_client` while
 # the private keys stay in keylessd: RSA, ECDSA (P-256, P-384) and Ed25519,
 # TLS 1.3 and 1.2, and a TLS 1.2 RSA key exchange; also with `-async`
-# (issue 8: the key operations pause their async jobs). keylessd's counters
+# (the key operations pause their async jobs). keylessd's counters
 # show the operations. An ordinary key file works as before.
 . "$(dirname "$0")/lib.sh"
 command -v openssl >/dev/null || skip "no openssl command"
@@ -74,7 +74,7 @@ serve ed25519 "$E2E_TMP/certs/ed25519.ref" 2
 hs TLSv1.3 TLS_AES_256_GCM_SHA384 ed25519 -tls1_3
 hs TLSv1.2 ECDHE-ECDSA-AES256-GCM-SHA384 ed25519 -tls1_2
 
-# Issue 8: `s_server -async` (SSL_MODE_ASYNC): the key operations run in
+# `s_server -async` (SSL_MODE_ASYNC): the key operations run in
 # async jobs, which pause while the provider's I/O thread waits for
 # keylessd - signatures and a TLS 1.2 RSA key exchange decryption.
 serve ecdsa-p256 "$E2E_TMP/certs/ecdsa-p256.ref" 2 -async

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Shared by the abuse, overload, access-list, secrets and soak tests
- * (issue 10): a well-behaved client on the side whose latency is measured
+/* Shared by the abuse, overload, access-list, secrets and soak tests:
+ * a well-behaved client on the side whose latency is measured
  * while a test attacks the server, raw TCP and raw TLS connections (a
  * client that misbehaves below libkeyless), and the server's memory. Each
  * test program includes this once. */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Issue 10, abuse resistance at the connection level: a slow-loris client,
+/* Abuse resistance at the connection level: a slow-loris client,
  * a flood of TCP connects without TLS, 10,000 connections opened at once,
  * and the connection cap. Each is bounded or disconnected while a
  * well-behaved client on the side keeps its latency (measured before and
- * during; bounds are generous for a shared 2-core machine). Issue 5: past
+ * during; bounds are generous for a shared 2-core machine). Past
  * max_handshaking, new connections wait (the listener stops accepting) and
  * are served as soon as slots free, on whichever shard they free. */
 #include <pthread.h>
@@ -245,7 +245,7 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
-/* Issue 5, accept back-pressure: 4 silent connections hold every
+/* Accept back-pressure: 4 silent connections hold every
  * handshake slot (max_handshaking 4). 8 clients connecting now are not
  * closed: they wait - for as long as the slots are held - and each is
  * served once the silent ones go, long before the handshake timeout (5 s).

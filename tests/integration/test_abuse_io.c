@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Issue 10, abuse resistance after the handshake: a client that pipelines
+/* Abuse resistance after the handshake: a client that pipelines
  * thousands of requests and never reads its responses (backpressure: the
  * server stops reading it, its memory stays bounded, and the connection
  * is closed by idle_timeout + drain_timeout), and garbage after a valid

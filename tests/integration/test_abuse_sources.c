@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Issue 10, abuse resistance per source and before authentication:
+/* Abuse resistance per source and before authentication:
  *  - max_handshaking_per_source: many handshakes from one address are
  *    capped (the rest closed at accept) while another address still gets
  *    in at once, a well-behaved client keeps its latency, and the slots

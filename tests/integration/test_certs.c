@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Certificates, the most common setup error (issue 4): keylessd --check and
+/* Certificates, the most common setup error
+ * (docs/OPERATIONS.md "Certificates"): keylessd --check and
  * keylessd itself explain, naming the files, each confusion between the
  * key server's identity, its CA and the keys it serves. Times are moved
  * with --current-time (the reference's option) instead of minting expired

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Logs (issue 4): quiet at the default level (nothing per successful
- * request), one line per error response with the client's certificate
- * name and the request id of tag 0x16, at most 10 such lines per second and
- * shard with the rest counted, one line per refused connection, and the
- * journal's format when JOURNAL_STREAM is set. */
+/* Logs (docs/OPERATIONS.md "Logs"): quiet at the default level (nothing per
+ * successful request), one line per error response with the client's
+ * certificate name and the request id of tag 0x16, at most 10 such lines per
+ * second and shard with the rest counted, one line per refused connection, and
+ * the journal's format when JOURNAL_STREAM is set. */
 #include "daemon.h"
 #include "pki.h"
 #include "testutil.h"
@@ -133,7 +133,7 @@ static void test_error_lines(void **state)
     free(log);
 }
 
-/* Sampled access lines (issue 11): with access_log_sample_rate 1 every
+/* Sampled access lines: with access_log_sample_rate 1 every
  * successful operation has one info line with the request's fields - as
  * JSON members with log_format: json; errors keep their own lines. */
 static void test_access_lines_json(void **state)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* keylessd's modes and the drop-in behaviours of its configuration
- * (issue 4), run as the operator would: --version, --help, --output-config
+/* keylessd's modes and the drop-in behaviours of its configuration,
+ * run as the operator would: --version, --help, --output-config
  * (secrets redacted), the file search in the working directory, relative
  * paths, --check printing every problem, --keystore-debug, --config-only,
  * --manual-activation, pid_file, and the committed option reference in

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Issue 12 through a real keylessd: an RSA key in a SoftHSM2 token (a
+/* PKCS#11 keys through a real keylessd: an RSA key in a SoftHSM2 token (a
  * `uri:` key store) and an ECDSA key on disk, served side by side. Every
  * HSM operation verifies with OpenSSL, --keystore-debug lists the token key,
  * and on one connection a slow HSM operation (a test-only delay on its key,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Issue 5 (memory bounded by configuration) and issue 10 (output buffered
- * per connection never grows memory): many connections pipeline pings with
+/* Memory bounded by configuration, and output buffered per connection
+ * that never grows memory (docs/SECURITY.md "Network: authenticated
+ * clients"): many connections pipeline pings with
  * 64 KiB frames and never read the answers. keylessd's peak RSS (VmHWM)
  * stays within max_buffered_bytes plus a fixed cost per connection, far
  * below what max_output_per_conn alone would allow (NCONN x 8 MiB), and a

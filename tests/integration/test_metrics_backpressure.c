@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Connection back-pressure on /metrics (issue 5 and 10, docs/METRICS.md),
+/* Connection back-pressure on /metrics (docs/METRICS.md),
  * scraped from a real keylessd on 127.0.0.1 with one shard and small caps
  * (max_connections 3, max_handshaking 2, max_handshaking_per_source 1):
  * - a second handshake from one source is closed at accept:

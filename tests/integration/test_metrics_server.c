@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* keylessd's metrics endpoint (issue 11, docs/METRICS.md), scraped from a
+/* keylessd's metrics endpoint (docs/METRICS.md), scraped from a
  * running daemon after real requests:
  * - the reference's series with exact counts: keyless_requests by opcode,
  *   the exec and total histograms by type and error, the key-load

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Issue 10, overload control with RSA-2048 (shedding is cheap next to the
+/* Overload control with RSA-2048 (shedding is cheap next to the
  * work): capacity is measured first with the same client in the same run
  * (closed loop, 64 deep, 3 s), then 3x that is offered open loop for
  * KL_OVERLOAD_SECONDS (10 s in CI; `make overload` runs 30 s) with a

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Issue 10, overload control: a request whose client has gone is dropped
+/* Overload control: a request whose client has gone is dropped
  * before execution. One worker; every request on the "slow" key takes
  * 50 ms (--test-delay). A client queues 40 of them and vanishes: the
  * worker skips the 39 it had not started, so the next client's request

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The keyless provider inside OpenSSL async jobs (issue 8), in-process: a
+/* The keyless provider inside OpenSSL async jobs, in-process: a
  * server SSL with SSL_MODE_ASYNC, driven the way HAProxy drives it
  * (SSL_ERROR_WANT_ASYNC, then poll the job's wait descriptors and call
  * SSL_do_handshake again).

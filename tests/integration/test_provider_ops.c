@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The keyless provider's operations in-process (issue 7): every signature
+/* The keyless provider's operations in-process: every signature
  * the key server offers, made through EVP (one-shot and streamed digests,
  * a duplicated context, a precomputed digest) and verified with the public
  * key; RSA decryption in TLS mode with its implicit rejection; a clear

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The keyless provider in-process (issue 7): key references load through
+/* The keyless provider in-process: key references load through
  * PEM_read_bio_PrivateKey (alone and in a bundle), match their certificate
  * (SSL_CTX_check_private_key), and TLS servers complete handshakes with
  * them - TLS 1.3 with ECDSA, RSA-PSS and Ed25519, TLS 1.2 with ECDHE-ECDSA,

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Option realtime_priority (issue 5, docs/DESIGN.md "Real-time event
+/* Option realtime_priority (docs/DESIGN.md "Real-time event
  * loops"): keylessd's shards run SCHED_FIFO one priority above its crypto
  * workers, its other threads keep normal scheduling, and it serves. Where
  * this test may not use SCHED_FIFO itself (no CAP_SYS_NICE, RLIMIT_RTPRIO

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reload without restart (issue 4), under load: a client thread keeps
+/* Reload without restart (docs/DESIGN.md "Reload without dropping a
+ * request"), under load: a client thread keeps
  * signing, pipelined, and another keeps opening new connections, while the
  * test sends SIGHUP a dozen times, adding and removing key files (one of
  * them broken). Not one request may fail; a key added becomes usable, a

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Reload of the key server's own certificate and of watched key
- * directories (issue 4):
+ * directories:
  *  - a broken auth_cert at reload keeps the old one: new connections still
  *    succeed, and the log says why;
  *  - a new auth_cert is served to connections made after the reload, while

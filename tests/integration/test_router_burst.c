@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Queueing is not loss (issue 9 follow-up). A burst of requests queues at
+/* Queueing is not loss. A burst of requests queues at
  * a healthy upstream whose workers are busy; the per-route attempt timeout
  * (p99 x factor, floor 20 ms on a fast route) must not turn that wait into
  * `remote configuration error`, and a stalled upstream must still be left

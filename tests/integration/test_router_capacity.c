@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The capacity outage (issue 9): remote capacity must be bounded by the
+/* The capacity outage: remote capacity must be bounded by the
  * remote, never by local threads or a handful of connections. One
  * upstream connection (max_conns_per_remote = 1) with 100 ms injected
  * round trip must carry >= 5,000 remote ECDSA operations per second, and

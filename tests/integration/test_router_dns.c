@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* `dns:` routes follow their records' TTL (issue 9, src/router/dns.c,
+/* `dns:` routes follow their records' TTL (src/router/dns.c,
  * control.c). A tiny DNS responder in this process, on 127.0.0.1, answers
  * the router (router_dns_server points at it): nothing leaves loopback and
  * the answers, their TTLs and failures are ours to set.

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The fault-injection proxy (issue 9, tests/tools/faultproxy.c) is what
+/* The fault-injection proxy (tests/tools/faultproxy.c) is what
  * the router's tests stand on, so its faults are checked first, through
  * it to a real keylessd over mutual TLS: injected latency shows in the
  * round trip (50 ms each way -> ~100 ms), changes at run time, jitter

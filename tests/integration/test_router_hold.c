@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The router's answer batching (issue 9, router.h answer_hold_max_us):
+/* The router's answer batching (router.h answer_hold_max_us):
  * answers of a far remote reach the caller in batches - one flush for
  * several answers - each held at most 1% of its own round trip (and at
  * most the configured hold); a near remote's answers are not held. Real

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Upstream connections grow with load and shrink when it is gone (issue 9,
- * src/router/remote.c): a remote gets another connection when each one
+/* Upstream connections grow with load and shrink when it is gone
+ * (src/router/remote.c): a remote gets another connection when each one
  * carries conn_inflight_threshold requests; one beyond the first that
  * carried nothing for conn_idle_ms is closed, while the first (opened in
  * advance) stays. Load fills the connections in order, so a light load

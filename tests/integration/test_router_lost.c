@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A request lost alone on a connection that keeps answering (issue 9,
- * docs/ROUTING.md "lost alone"; src/router/stall.c). The upstreams are
- * tests/tools/lossyup.h servers: one answers every request but swallows
- * those whose payload starts with 0xdd, so its connection never goes
+/* A request lost alone on a connection that keeps answering
+ * (docs/ROUTING.md "How it works", lost alone; src/router/stall.c). The
+ * upstreams are tests/tools/lossyup.h servers: one answers every request but
+ * swallows those whose payload starts with 0xdd, so its connection never goes
  * quiet and the silence rule cannot see the loss.
  * - with a second route: the lost request is answered by it about one
  *   timeout after later requests for the same key overtook it (not at its

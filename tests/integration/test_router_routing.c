@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Geo routing end to end (issue 9), the router driven through its C API
+/* Geo routing end to end, the router driven through its C API
  * in this process (the keylessd hook is not wired yet; docs/ROUTING.md):
  * three "data centres" - keylessd daemons holding the same P-256 key, each
  * behind a faultproxy with injected latency - and a routing table file.

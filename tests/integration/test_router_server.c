@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* keylessd with geo routing (issue 9, docs/ROUTING.md), through real
+/* keylessd with geo routing (docs/ROUTING.md), through real
  * daemons and real clients:
  * - a key held here is served here, one held by a remote is forwarded and
  *   its signature verifies, an SKI nobody has is `key not found`;
@@ -109,7 +109,7 @@ static void test_local_and_forwarded(void **state)
     tp_rmtree(kl);
 }
 
-/* ---- access lists apply to forwarded keys (issue 10) ------------------ */
+/* ---- access lists apply to forwarded keys ----------------------------- */
 
 /* A client the access lists do not allow a key gets the same refusal
  * whether the key is held here or elsewhere - `key not found`, as for a key

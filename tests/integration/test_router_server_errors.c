@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* A forwarded request's error, as the client gets it, is the error the
- * request metrics and the log name (issue 9 follow-up). keylessd with a
+ * request metrics and the log name. keylessd with a
  * routing table, its /metrics scraped after one request per outcome:
  * - refused by the access lists before forwarding: `key not found`
  *   (it used to be counted as `internal error`: kl_routed_submit answered

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The in-order outage of issue 9, through real daemons: on ONE client
+/* The in-order outage (docs/ROUTING.md "Head-of-line blocking: local
+ * latency with remote traffic"), through real daemons: on ONE client
  * connection, local ECDSA signatures at 5,000/s while 1,000 forwarded
  * requests to a remote 175 ms away (a faultproxy adding ~88 ms each way)
  * are in flight. A key server that answered in order would hold every
@@ -367,7 +368,7 @@ static void test_local_latency_unaffected_by_remote(void **state)
      * (1.5x). Never above 50 ms, a third of what blocking gives. */
     assert_true(m < 50.0);
     assert_true(m < 5.0 || m <= 1.5 * b);
-    /* Issue 9 also asks for <= 1.5x the run without remote traffic. The
+    /* The target is also <= 1.5x the run without remote traffic. The
      * remote path adds ~5,700 answers/s of work (router thread, the
      * shard's writes, the wake-ups between them) on the same 2 cores as the
      * local work, and the machine is shared: whole runs swing by 10x. What

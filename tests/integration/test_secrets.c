@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Issue 10, secrets: core dumps off by default (and on only when asked),
+/* Secrets: core dumps off by default (and on only when asked),
  * key files readable by group or others refused end to end (at start and
  * at reload) unless allowed, and no key bytes ever in the log: keylessd
  * runs at loglevel 0 through every operation and error path (bad

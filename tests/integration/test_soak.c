@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Issue 10, soak: for KL_SOAK_SECONDS (20 s in CI; `make soak
+/* Soak: for KL_SOAK_SECONDS (20 s in CI; `make soak
  * SOAK_SECONDS=600` on demand) keylessd serves, at once,
  * - a well-behaved asynchronous client (kl_target) with mixed operations
  *   (RSA-2048, ECDSA P-256, Ed25519, and a key that comes and goes);

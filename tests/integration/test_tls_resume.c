@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Session resumption against a running keylessd (issue 5, reconnect
- * storms): a client that got a session resumes it on its next connection
+/* Session resumption against a running keylessd (reconnect
+ * storms; docs/DESIGN.md "Limits and backpressure"): a client that got a
+ * session resumes it on its next connection
  * - also when its first connection ended without close_notify, as edges'
  * often do - with TLS 1.3 and TLS 1.2, and the resumed connection serves
  * requests. A raw OpenSSL client, so that the session and the way the

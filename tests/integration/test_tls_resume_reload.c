@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Session resumption across a reload (issue 5, reconnect storms after a
- * reload or a network blip):
+/* Session resumption across a reload (reconnect storms after a
+ * reload or a network blip; docs/DESIGN.md "Limits and backpressure"):
  *  - a SIGHUP with the same TLS files (rewritten, so their times change)
  *    and reloads for a key directory or the access lists keep the
  *    server's TLS context and so its session cache: a client with a

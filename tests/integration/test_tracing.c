@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Request tracing (issue 11, docs/TRACING.md) through real daemons: an
+/* Request tracing (docs/TRACING.md) through real daemons: an
  * OTLP/HTTP sink written here (libmicrohttpd on 127.0.0.1) receives what
  * keylessd exports, and the test checks the spans themselves:
  * - a request with a tag-0x15 context (text form, sampled): the server span
@@ -462,7 +462,7 @@ static void test_forwarded(void **state)
     inside(bsrv, att);
     assert_true(choose->end <= att->start + 1000);
     assert_int_equal(n, 9);
-    /* the route's own series (issue 11): up, one attempt, no error */
+    /* the route's own series: up, one attempt, no error */
     assert_true(scrape_value(router_metrics,
                              "keylessd_route_up{region=\"eu\",route="
                              "\"backend\"}") == 1);
@@ -547,7 +547,7 @@ static void test_rate_zero_and_dead_collector(void **state)
     tp_rmtree(kd);
 }
 
-/* log_format json (issue 11): an error line is one JSON object with the
+/* log_format json: an error line is one JSON object with the
  * request's fields */
 static void test_json_error_log(void **state)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* kl_p11shim: a PKCS#11 module that forwards to a real one and makes
- * faults on command (see shim.h for the control file). Test-only (issue 12).
+ * faults on command (see shim.h for the control file). Test-only.
  *
  * The function list is a copy of the target's with the entries keylessd
  * uses on sessions replaced. One mutex guards the rules and counters;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* kl_p11shim, a test-only PKCS#11 module (issue 12): it forwards every call
+/* kl_p11shim, a test-only PKCS#11 module: it forwards every call
  * to a real module (SoftHSM2 in the tests) and, on command, makes the
  * faults a real HSM produces and SoftHSM does not.
  *

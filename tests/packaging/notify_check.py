@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Plays systemd's part for a Type=notify service: binds the notification
 socket, starts keylessd with NOTIFY_SOCKET pointing at it, and checks the
-readiness protocol of issue 4:
+readiness protocol (docs/OPERATIONS.md "Signals and reload"):
   - READY=1 arrives, and when it does the port already accepts connections
     (keys are loaded before: the caller passes a key directory);
   - SIGTERM brings STOPPING=1, then exit status 0;

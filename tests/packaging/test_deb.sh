@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The Debian package, installed and removed for real (issue 4): builds it
+# The Debian package, installed and removed for real: builds it
 # (`make deb`, or takes KL_DEB), then as root:
 #   dpkg -i   binaries, man pages, unit, the keyless user, /etc/keyless
 #             modes (keys/ 0700 keyless), unit enabled but nothing started;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# `make install` / `cmake --install` into a DESTDIR: the layout issue 4 asks
-# for (keylessd in sbin, the clients in bin, man pages gzipped, the unit
+# `make install` / `cmake --install` into a DESTDIR: the expected layout
+# (keylessd in sbin, the clients in bin, man pages gzipped, the unit
 # pointing at the prefix, /etc/keyless with keys/ at 0700), and a second
 # install that keeps the operator's configuration. No root needed.
 set -uo pipefail

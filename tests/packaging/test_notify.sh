@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Readiness notification (issue 4): keylessd, run with a fake NOTIFY_SOCKET,
+# Readiness notification: keylessd, run with a fake NOTIFY_SOCKET,
 # must send READY=1 once its keys are loaded and its port listens, and
 # STOPPING=1 when SIGTERM starts the drain; a start that fails must not
 # send READY=1. systemd itself is not needed (notify_check.py plays it).

@@ -3,7 +3,7 @@
 # The systemd unit, checked without a running systemd (it is not PID 1 on
 # the build machines): `systemd-analyze verify` must accept it without a
 # single complaint, its sandboxing must stay at a low exposure score, and it
-# must carry what issue 4 asks of it.
+# must carry the settings below (docs/OPERATIONS.md "Files").
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -50,7 +50,7 @@ else
     bad "systemd-analyze security: exposure above 2.0"
 fi
 
-# What issue 4 requires of the unit, setting by setting.
+# What the unit must carry, setting by setting.
 has() {
     grep -qxF -- "$1" "$unit" || {
         echo "$T:   missing line: $1" >&2

@@ -186,7 +186,7 @@ static bool try_start(td_daemon *d, const td_opts *o, bool *port_taken)
     snprintf(shards, sizeof shards, "--shards=%d", o->shards ? o->shards : 2);
     snprintf(workers, sizeof workers, "--workers=%d",
              o->workers ? o->workers : 2);
-    /* KL_DAEMON_WRAPPER (issue 10, `make valgrind`): words run in front
+    /* KL_DAEMON_WRAPPER (`make valgrind`): words run in front
      * of keylessd, e.g. "valgrind --error-exitcode=99 --leak-check=full" */
     static char wrapper[1024];
     const char *w = getenv("KL_DAEMON_WRAPPER");

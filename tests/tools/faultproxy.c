@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* faultproxy: a fault-injection TCP proxy for tests (issue 9). It lets
+/* faultproxy: a fault-injection TCP proxy for tests. It lets
  * several "data centres" run on one machine with realistic round trips,
  * since kernel netem is not available here.
  *

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# `make valgrind` (issue 10): a named set of integration tests with every
+# `make valgrind`: a named set of integration tests with every
 # keylessd they start running under valgrind memcheck. Any memcheck error
 # or definite leak makes keylessd exit 99, which fails the test that
 # stopped it (td_stop expects 0). The test programs themselves run

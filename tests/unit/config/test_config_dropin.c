@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* src/config as a drop-in for the reference (issue 4): every key of the
+/* src/config as a drop-in for the reference: every key of the
  * reference's gokeyless.yaml with its default, KEYLESS_* for every option,
  * both flag spellings and the reference's short flags, the file search
  * (.yaml/.yml/.json, then /etc/keyless), key stores from the environment,
@@ -373,7 +373,7 @@ static void expect_load_error(char **args, const char *msg)
 
 static void test_value_errors(void **state)
 {
-    /* issue 11: log_format */
+    /* log_format */
     expect_load_error((char *[]){"--log-format=xml", NULL},
                       "log_format: \"xml\" is not a log format; write "
                       "log_format: text or log_format: json");
@@ -411,7 +411,7 @@ static void test_tracing_and_compat(void **state)
                      KL_OK);
     assert_string_equal(cfg->tracing_endpoint, "https://otel:4318/v1/traces");
     /* no mapping warning for a URL; the no-effect note (traces are
-     * exported since issue 11: no note about tracing itself) */
+     * exported now: no note about tracing itself) */
     assert_int_equal(cfg->nwarnings, 1);
     assert_string_equal(cfg->warnings[0], "sign_retry_count: 2 has no effect "
                                           "in keylessd (see --help)");

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* src/config: the geo-routing options (issue 9, docs/ROUTING.md) and the
- * metrics address (issue 11) - defaults, the three sources, bounds and the
+/* src/config: the geo-routing options (docs/ROUTING.md) and the
+ * metrics address - defaults, the three sources, bounds and the
  * cross-check of the timeout bounds, with their exact messages. */
 #include <stdarg.h>
 #include <stdio.h>

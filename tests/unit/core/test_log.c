@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Logging (src/core/log.c): the text format as before, and log_format
- * json (issue 11) - one valid JSON object per line with time, level, msg
+ * json - one valid JSON object per line with time, level, msg
  * and the call's fields, whatever bytes the message holds; under systemd
  * (JOURNAL_STREAM) the "<N>" priority prefix stays in both formats. Text
  * lines escape control bytes and invalid UTF-8 as \xNN (a peer's

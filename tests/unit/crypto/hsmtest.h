@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* SoftHSM2 tokens for the PKCS#11 tests (issue 12), created per test
+/* SoftHSM2 tokens for the PKCS#11 tests, created per test
  * program in a temporary directory: SOFTHSM2_CONF points at a config made
  * here, so no system token is touched. Header-only: each test_*.c is a
  * program. Needs softhsm2-util (scripts/install-deps.sh installs it). */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Keys on PKCS#11 tokens (issue 12), against SoftHSM2 tokens made by the
+/* Keys on PKCS#11 tokens, against SoftHSM2 tokens made by the
  * test: SKIs equal the same keys' from files; every operation checked with
  * OpenSSL, deterministic ones byte for byte against the file key; two
  * tokens at once; and load errors that name the URI without its PIN. */

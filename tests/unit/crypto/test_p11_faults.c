@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Faults a real HSM produces and SoftHSM does not (issue 12), made by the
+/* Faults a real HSM produces and SoftHSM does not, made by the
  * test-only shim module (tests/p11shim) in front of SoftHSM2: sessions the
  * token closed, a token that logged out, a removed device, and a 2 s
  * stall. Through the key store and the pool's blocking workers, keylessd
@@ -94,7 +94,7 @@ static void prep(rec *r, const kl_key *k, uint8_t op, uint64_t deadline_ms,
 }
 
 /* The pool's hold on a job's key store while a token call outlives the
- * job's answer (issue 12): counted, and the handle checked. */
+ * job's answer: counted, and the handle checked. */
 static _Atomic int holds, unholds;
 static int hold_token;
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The session pool of a PKCS#11 token (issue 12): a wait for a session is
+/* The session pool of a PKCS#11 token: a wait for a session is
  * bounded by the deadline, many jobs on the blocking class with
  * max-sessions=1 all complete or fail at their deadline (none hangs), file
  * keys are not delayed behind them, and sessions the token closed or logged

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The cost-class worker pool: results, bounded queues, isolation of the
- * fast class from the slow one (architecture 2), deadlines, draining. */
+ * fast class from the slow one, deadlines, draining. */
 #include "cryptotest.h"
 
 #include <pthread.h>
@@ -300,7 +300,7 @@ static void test_deadlines(void **state)
     kl_pool_free(p);
 }
 
-/* issue 10: a job whose client has gone is answered without running, and
+/* a job whose client has gone is answered without running, and
  * the wait estimate follows the measured cost of a class. */
 static void test_abandoned_and_estimate(void **state)
 {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Deferred wake-ups (kl_pool_defer_wake, issue 5): a done callback may
+/* Deferred wake-ups (kl_pool_defer_wake): a done callback may
  * leave its owner's wake-up to the worker. Every completion is followed by
  * a wake-up (none is lost), at saturation one wake-up carries several
  * completions, below it each one goes at once, equal wake-ups run once. */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The pool's scheduling rules added for issue 5: a job run on the caller's
+/* The pool's scheduling rules for throughput (docs/DESIGN.md "Inline fast
+ * operations, wake-ups and memory"): a job run on the caller's
  * thread (kl_pool_run_here: inline fast operations on a shard) follows the
  * same shedding rules as a worker and does not call back; short slow jobs
  * (RSA-2048) may use every worker when no fast job waits, long ones
@@ -140,8 +141,8 @@ static void test_run_here(void **state)
     kl_pool_free(p);
 }
 
-/* RSA-2048 alone: both workers sign at once (before issue 5 one worker
- * always stayed idle for fast jobs that did not come). */
+/* RSA-2048 alone: both workers sign at once (one worker
+ * used to stay idle for fast jobs that did not come). */
 static void test_short_slow_uses_every_worker(void **state)
 {
     (void)state;

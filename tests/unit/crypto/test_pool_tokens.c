@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The pool's blocking class at a reload and at shutdown (issue 12 leftovers,
- * done with issue 5): kl_pool_set_blocking_workers grows and shrinks the
+/* The pool's blocking class at a reload and at shutdown:
+ * kl_pool_set_blocking_workers grows and shrinks the
  * threads that make token calls, and kl_pool_free leaves a thread stuck in
  * a hung token call behind after its grace period - answering its job -
  * instead of waiting for the HSM. The hangs come from the test shim

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Load speed of the key store: 2,000 EC P-256 keys from a directory must
- * take well under a second (architecture 3: 100,000 keys in seconds). Prints
+ * take well under a second (100,000 keys in seconds). Prints
  * keys/second next to OpenSSL's one-call-per-file PEM_read_bio_PrivateKey,
  * which builds a fresh decoder context per file. */
 #include "keytest.h"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* PKCS#11 URI rules of the key store (issue 12), without a module: what is
+/* PKCS#11 URI rules of the key store, without a module: what is
  * accepted and how it is read, each rule's refusal, PIN redaction. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -58,7 +58,7 @@ static inline double mt_value(const char *text, const char *prefix)
 }
 
 /* The reference's bucket boundaries, written out independently of the
- * module's own table (protocol P6 / issue 11). */
+ * module's own table (protocol P6). */
 static const char *const mt_le[16] = {
     "0.0001", "0.0002", "0.0004", "0.0008", "0.0016", "0.0032",
     "0.0064", "0.0128", "0.0256", "0.0512", "0.1024", "0.2048",

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Golden scrape (issue 11): every reference series with its exact name,
+/* Golden scrape: every reference series with its exact name,
  * label names and values and bucket boundaries, so existing dashboards and
  * alerts keep working; then keylessd's own series and process_*. */
 #include "testutil.h"
@@ -174,7 +174,7 @@ static void test_own_series(void **state)
     kl_metrics_free(m);
 }
 
-/* issue 11: per upstream route (from the router) and the trace exporter,
+/* per upstream route (from the router) and the trace exporter,
  * absent until set; a route without a latency sample has no EWMA series;
  * label values are escaped */
 static void test_route_and_trace_series(void **state)
@@ -231,7 +231,7 @@ static void test_route_and_trace_series(void **state)
     kl_metrics_free(m);
 }
 
-/* Connection back-pressure (issue 5 and 10): refusals by reason, accept
+/* Connection back-pressure: refusals by reason, accept
  * pauses (count, time with the pause in progress, listeners paused now),
  * read pauses and the buffer budget, all summed over the shards. */
 static void test_backpressure_series(void **state)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* A real Prometheus server (Debian's prometheus package) scrapes the
- * metrics endpoint, and a PromQL query returns the recorded request count
- * (issue 11): the exposition is not only well-formed but ingested as the
+ * metrics endpoint, and a PromQL query returns the recorded request count:
+ * the exposition is not only well-formed but ingested as the
  * reference's dashboards will query it. Everything on 127.0.0.1. */
 #include "testutil.h"
 

@@ -40,14 +40,14 @@ static void populate(kl_metrics *m)
     kl_metrics_shed(l, KL_SHED_INFLIGHT);
     kl_metrics_handshake_failed(l, KL_HS_FAIL_TIMEOUT);
     kl_metrics_loop_busy(l, 123456789);
-    /* issue 5 and 10: back-pressure, a pause in progress included */
+    /* back-pressure, a pause in progress included */
     kl_metrics_conn_refused(l, KL_REFUSE_MAX_CONNECTIONS);
     kl_metrics_conn_refused(l, KL_REFUSE_HANDSHAKING_PER_SOURCE);
     kl_metrics_accept_paused(l, true, 1);
     kl_metrics_set_read_pauses(l, 3);
     kl_metrics_set_buffered(l, 12345, 1u << 26);
     kl_metrics_reload_result(m, true, 1700000000);
-    /* issue 11: routes and tracing */
+    /* routes and tracing */
     kl_metrics_route r = {.name = "fra1",
                           .region = "eu",
                           .up = true,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Four writer threads, each on its own slot, and a scraper reading at the
- * same time (style.md 11). Run under TSan (build with -DKL_SANITIZE=thread)
+ * same time. Run under TSan (build with -DKL_SANITIZE=thread)
  * this shows the relaxed single-writer scheme has no data race; in any
  * build it checks that scrapes only ever go up and that the final sums are
  * exact. */

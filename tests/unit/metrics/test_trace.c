@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Tracing (src/metrics/trace*.c, issue 11): the OTLP/HTTP JSON encoder,
+/* Tracing (src/metrics/trace*.c): the OTLP/HTTP JSON encoder,
  * the tag-0x15 decisions (honoured, unsampled, malformed, absent), the
  * binary context keylessd writes, the router's attempt rewrite, sampling,
  * and the rings' drop accounting. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The DNS answer reader of the router's `dns:` entries (issue 9,
- * src/router/dns.c): addresses and the smallest TTL of a response, with
+/* The DNS answer reader of the router's `dns:` entries
+ * (src/router/dns.c): addresses and the smallest TTL of a response, with
  * name compression, CNAME chains, other classes and types skipped, and
  * every malformed response refused without reading past its end. */
 #include "testutil.h"

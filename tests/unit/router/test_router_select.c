@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Choosing remotes (issue 9, src/router/select.c, remote.c latency,
+/* Choosing remotes (src/router/select.c, remote.c latency,
  * forward.c): latency ordering must actually reorder (the reference
  * client's sort was a no-op), health first, ties within the tolerance go
  * by priority, the EWMA follows a degradation, the per-attempt timeout is

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The routing table parser and lookups (issue 9, src/router/table*.c):
+/* The routing table parser and lookups (src/router/table*.c):
  * a complete table, key sets and policies intersected, compliance bytes
  * mapped (0x01 = fedramp-high by default, protocol P9), dns: entries
  * expanded through the resolver, and every malformed input rejected with

@@ -155,7 +155,7 @@ static void test_full_length_names(void **state)
     kl_acl_free(a);
 }
 
-/* A key held elsewhere (issue 9) is known by its SKI only: `ski:` and "*"
+/* A key held elsewhere is known by its SKI only: `ski:` and "*"
  * rules of the client's can grant it; `dir:` and `file:` rules (local
  * files) and other clients' rules cannot. */
 static void test_allows_ski(void **state)

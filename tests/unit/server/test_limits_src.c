@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The per-source handshake table (server/limits.h, issue 10): the cap per
+/* The per-source handshake table (server/limits.h): the cap per
  * source, counts given back, and the open-addressing table's deletion -
  * checked against a plain model through many random takes and puts on a
  * table small enough that probe runs collide and wrap. */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* kl_tls_ctx_same (issue 5, resumption across a reload): two server
+/* kl_tls_ctx_same (resumption across a reload, docs/DESIGN.md
+ * "Limits and backpressure"): two server
  * contexts are "the same" exactly when what they were built from is -
  * options, own chain, trusted CAs as loaded - and not when only a file
  * name, the order of the CAs in the file or the PEM text around them
