@@ -21,7 +21,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,16 +268,8 @@ void kl_rt_install(kl_router *r, kl_rt_table *t)
     kl_rt_table *old = r->table;
     r->table = t;
     atomic_store(&r->published, t); /* kl_router_has_key: no lock */
-    if (old) {
-        /* a shard may still be reading it: freed once none is */
-        while (r->nretired == sizeof r->retired / sizeof r->retired[0]) {
-            kl_rt_retire_reap(r, false); /* a reader holds it for ~100 ns */
-            if (r->nretired)
-                sched_yield();
-        }
-        r->retired[r->nretired++] = old;
-        kl_rt_retire_reap(r, false);
-    }
+    if (old) /* a shard may still be reading it: freed once none is */
+        kl_rt_retire(r, old);
     KL_RT_INC(r, generation);
     kl_info("router: routing table installed: %zu servers, %zu keys",
             t->nservers, t->nkeys);

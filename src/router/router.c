@@ -673,26 +673,67 @@ void kl_router_cancel(kl_router *r, const kl_route_handle *h)
     kl_loop_wake(r->loop);
 }
 
-/* Called by a shard for every local key-store miss: no lock. The reader
- * counts itself in before it loads the pointer (both sequentially
- * consistent), so a writer that has published a new table and then sees
- * the count at 0 knows nobody still reads the old one. */
+/* Called by a shard for every local key-store miss: no lock, no wait.
+ * The reader counts itself in the current epoch's half before it loads
+ * the pointer (all sequentially consistent). A table replaced before the
+ * router flips the epoch can only be held by readers counted in the
+ * other half: once that half is seen at 0 after the flip, none holds it
+ * (a reader that counts itself in late loads the pointer later still,
+ * and finds a newer table). New readers never count in the half being
+ * waited for, so it drains within one reader's time (~100 ns) - unlike
+ * a single count, which under load from every shard may never be 0. */
 bool kl_router_has_key(kl_router *r, const uint8_t ski[KL_SKI_LEN])
 {
-    atomic_fetch_add(&r->table_readers, 1);
+    unsigned half = atomic_load(&r->epoch) & 1u;
+    atomic_fetch_add(&r->readers[half], 1);
     const kl_rt_table *t = atomic_load(&r->published);
     bool has = kl_rt_find(t, ski) != NULL;
-    atomic_fetch_sub(&r->table_readers, 1);
+    atomic_fetch_sub(&r->readers[half], 1);
     return has;
+}
+
+static void free_list(kl_router *r, kl_rt_table *t)
+{
+    while (t) {
+        kl_rt_table *next = t->retired_next;
+        kl_rt_table_free(t);
+        atomic_fetch_sub(&r->nretired, 1);
+        t = next;
+    }
+}
+
+void kl_rt_retire(kl_router *r, kl_rt_table *old)
+{
+    old->retired_next = r->retired_next;
+    r->retired_next = old;
+    atomic_fetch_add(&r->nretired, 1);
+    kl_rt_retire_reap(r, false);
 }
 
 void kl_rt_retire_reap(kl_router *r, bool force)
 {
-    if (!r->nretired || (!force && atomic_load(&r->table_readers) != 0))
+    if (force) {
+        free_list(r, r->retired_wait);
+        free_list(r, r->retired_next);
+        r->retired_wait = r->retired_next = NULL;
         return;
-    for (size_t i = 0; i < r->nretired; i++)
-        kl_rt_table_free(r->retired[i]);
-    r->nretired = 0;
+    }
+    unsigned e = atomic_load(&r->epoch);
+    if (r->retired_wait) {
+        if (atomic_load(&r->readers[(e - 1u) & 1u]) != 0)
+            return; /* the grace period goes on: looked at again later */
+        free_list(r, r->retired_wait);
+        r->retired_wait = NULL;
+    }
+    if (!r->retired_next)
+        return;
+    r->retired_wait = r->retired_next;
+    r->retired_next = NULL;
+    atomic_store(&r->epoch, e + 1u); /* new readers: the other half */
+    if (atomic_load(&r->readers[e & 1u]) == 0) {
+        free_list(r, r->retired_wait);
+        r->retired_wait = NULL;
+    }
 }
 
 void kl_router_get_stats(kl_router *r, kl_router_stats *out)
@@ -711,6 +752,7 @@ void kl_router_get_stats(kl_router *r, kl_router_stats *out)
     out->generation = LD(generation);
 #undef LD
     out->fds = atomic_load(&r->fds);
+    out->retired = atomic_load(&r->nretired);
 }
 
 /* Remotes belong to the router thread: ask it for a copy and wait. Not to

@@ -170,6 +170,8 @@ typedef struct kl_router_stats {
         cancelled, retries, reloads, reload_errors;
     unsigned fds;        /* descriptors used by upstream connections */
     unsigned generation; /* tables installed so far */
+    unsigned retired;    /* replaced tables not freed yet (a reader may
+                            still hold them) */
 } kl_router_stats;
 
 void kl_router_get_stats(kl_router *r, kl_router_stats *out);

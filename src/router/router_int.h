@@ -179,12 +179,16 @@ struct kl_router {
     bool stopped;       /* the loop has ended */
     kl_rt_table *table; /* current; router thread only */
     /* the same table for kl_router_has_key, read without a lock: a reader
-     * counts itself in table_readers before loading the pointer; a replaced
-     * table is retired and freed once table_readers is seen at 0 */
+     * counts itself in readers[epoch & 1] before loading the pointer. A
+     * replaced table joins retired_next; the router thread flips the
+     * epoch and frees what was retired before the flip (retired_wait)
+     * once the half the readers counted in before the flip is 0: a grace
+     * period, waited for without spinning (kl_rt_retire_reap) */
     _Atomic(kl_rt_table *) published;
-    atomic_uint table_readers;
-    kl_rt_table *retired[8];
-    size_t nretired;
+    atomic_uint epoch;
+    atomic_uint readers[2];
+    kl_rt_table *retired_wait, *retired_next;
+    _Atomic unsigned nretired; /* tables on both lists (stats) */
     kl_remote *remotes;
     kl_rreq *live;       /* started requests; guarded by mu */
     atomic_size_t nlive; /* routed and not finished (max_inflight) */
@@ -273,8 +277,12 @@ KL_WUR kl_status kl_rt_forward_fill(const kl_request *req,
                                     kl_request_spec *spec, uint8_t *buf,
                                     char *ctx_json, size_t cap);
 
-/* Frees retired tables no kl_router_has_key can still be reading; all of
- * them when force (the router stopped). Router thread. */
+/* Retires a replaced table: freed once no kl_router_has_key can still be
+ * reading it. Router thread. */
+void kl_rt_retire(kl_router *r, kl_rt_table *old);
+/* Frees retired tables no kl_router_has_key can still be reading, and
+ * starts the next grace period; all of them when force (the router
+ * stopped). Never waits. Router thread. */
 void kl_rt_retire_reap(kl_router *r, bool force);
 
 /* Waits (up to a few seconds) until the router thread has installed

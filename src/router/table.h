@@ -56,6 +56,7 @@ typedef struct kl_rt_table {
     size_t nkeys;
     char region_of[256][KL_RT_NAME_MAX + 1]; /* tag 0x17 byte -> name, "" */
     size_t ndns; /* how many servers came from dns: entries */
+    struct kl_rt_table *retired_next; /* the router's retired lists */
 } kl_rt_table;
 
 /* Resolves "host" for a dns: entry: fills up to max "a.b.c.d" / "v6"
