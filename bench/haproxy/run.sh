@@ -156,7 +156,7 @@ row() {
 # RATE handshakes/s, as a share of the two cores
 ecdsa_cpu() { awk -v a="$1" -v s="$CEIL" -v v="$CEIL_V" 'BEGIN { printf "%.1f", (s > 0 && v > 0) ? 100 * a * (1 / s + 1 / v) : 0 }'; }
 {
-    echo "# HAProxy with keyless keys: async versus blocking (issue 8)"
+    echo "# HAProxy with keyless keys: async versus blocking"
     echo
     echo "Written by \`bench/haproxy/run.sh\` on $(date -u +%Y-%m-%d)."
     echo "HAProxy $("$HAPROXY" -v | awk 'NR == 1 { print $3 }'), master-worker, 2 threads;"

@@ -157,7 +157,7 @@ title = "nginx: full TLS handshakes per second, keyless versus local key"
 P(f"# {title}" + (" (smoke run: not a measurement)" if smoke else ""))
 P("")
 P(f"Measured by `bench/nginx/run.sh{' --smoke' if smoke else ''}` on "
-  f"{read(work + '/date')} (issue 7, \"Evidence\"). The same nginx (a master "
+  f"{read(work + '/date')}. The same nginx (a master "
   f"and {m1('ngworkers')} workers) serves each certificate twice, on two ports: with the key "
   f"on local disk and with a keyless key reference (keyless.so, keylessd on "
   f"this machine over 127.0.0.1). Every request is a new TCP connection and "

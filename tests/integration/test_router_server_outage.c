@@ -379,7 +379,8 @@ static void test_local_latency_unaffected_by_remote(void **state)
     assert_true(paired <= 4.0);
     if (paired > 1.5)
         fprintf(stderr,
-                "NOTE: the 1.5x target of issue 9 is not met here (%.2fx "
+                "NOTE: the 1.5x target (docs/ROUTING.md \"Known limits\") "
+                "is not met here (%.2fx "
                 "paired, %.2fx by run medians)\n",
                 paired, m / b);
 }
