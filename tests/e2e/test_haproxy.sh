@@ -111,13 +111,18 @@ echo "  worker fds: $fd0 -> $fd1, rss: $rss0 -> $rss1 kB"
 [ "$fd1" -le "$fd0" ] || { ls -l "/proc/$A_WORKER/fd" >&2; fail "HAProxy's open descriptors grew: $fd0 -> $fd1"; }
 # The provider's own count of live wait slots (one per SSL with a key
 # operation): back to 0 once the connections are gone. Read with gdb when
-# it is installed and keyless.so has its symbol table.
+# it is installed and keyless.so has its debug information. gdb reads the
+# counter's memory and does not call into the worker: an inferior call has
+# to rewrite the thread's registers, which some virtual machines refuse
+# ("Couldn't write extended state status"), and then kills the worker.
 if command -v gdb >/dev/null; then
-    live=$(timeout 60 gdb -p "$A_WORKER" -batch -ex 'call (long)klp_async_live()' 2>/dev/null |
-        sed -n 's/^\$1 = //p')
+    live=$(timeout 60 gdb -p "$A_WORKER" -batch -ex "print 'async.c'::live_slots" 2>/dev/null |
+        sed -n 's/^\$1 = //p') || true
     if [ -n "$live" ]; then
         [ "$live" = 0 ] || fail "$live wait slots of the provider still alive in HAProxy"
         echo "  provider wait slots alive in the worker: 0"
+    else
+        echo "  provider wait slots: not read (gdb could not read keyless.so's counter)"
     fi
 fi
 body=$(get "$A_PORT" slow.test) || fail "HAProxy does not serve after the aborts"
