@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Fuzz target: the access-list parser (src/server/acl.c). Any
+/* Fuzz target: the access-list parser (src/engine/acl.c). Any
  * input must give a rule set or NULL with a "name:line: problem" message,
  * never a crash or a leak. An accepted set is then exercised: matched
  * against a client certificate made once at start (CN, DNS and IP SANs),
@@ -14,7 +14,7 @@
 #include <openssl/x509v3.h>
 
 #include "keys/keystore.h"
-#include "server/acl.h"
+#include "engine/acl.h"
 
 static unsigned char *cert_der;
 static size_t cert_len;

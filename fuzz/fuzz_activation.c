@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libFuzzer target for the Origin CA answer (server/activate.h): the
+/* libFuzzer target for the Origin CA answer (activation/activate.h): the
  * body of an HTTP response from init_endpoint, which keylessd must treat as
  * untrusted. Input: two bytes of HTTP status (big-endian, taken modulo
  * 1000), then the body. Checked: a result is either a certificate or a
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/activate.h"
+#include "activation/activate.h"
 
 #define CHECK(cond)                                                            \
     do {                                                                       \

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libFuzzer target for kl_dispatch_context (src/server/dispatch.c): its
+/* libFuzzer target for kl_dispatch_context (src/engine/dispatch.c): its
  * fast path for {"deadline_ms":N} must answer exactly what the JSON parser
  * (kl_req_context_parse) answers, for any bytes. The input is also tried
  * behind the fast path's prefix, so the fuzzer reaches its digits at once. */
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/dispatch.h"
+#include "engine/dispatch.h"
 
 #define CHECK(cond)                                                            \
     do {                                                                       \

@@ -82,7 +82,7 @@ typedef struct kl_config {
     int max_output_per_conn; /* bytes */
     int max_buffered_bytes;  /* bytes, process-wide */
     bool allow_core_dumps;
-    char *access_file; /* access lists (server/acl.h); unset: none */
+    char *access_file; /* access lists (engine/acl.h); unset: none */
     bool tls13;
     char *config_file;
     char *test_delay;        /* comma list of SKIHEX:MS */

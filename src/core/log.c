@@ -338,3 +338,11 @@ uint64_t kl_log_limit_flush(kl_log_limit *l, uint64_t now_ns, bool force)
     pthread_mutex_unlock(&l->mu);
     return due;
 }
+
+void kl_problems_count(kl_problems *p, int level)
+{
+    if (level >= KL_LOG_ERROR)
+        p->errors++;
+    else if (level == KL_LOG_WARN)
+        p->warnings++;
+}

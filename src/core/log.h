@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum kl_log_level {
@@ -93,6 +94,14 @@ uint64_t kl_log_limit_flush(kl_log_limit *l, uint64_t now_ns, bool force);
             kl_log(KL_LOG_DEBUG, __VA_ARGS__);                                 \
     } while (0)
 #define kl_info(...) kl_log(KL_LOG_INFO, __VA_ARGS__)
+/* Problems found while loading (startup, reload, --check), each already
+ * logged as one line: what the daemon and activation count, by level. */
+typedef struct kl_problems {
+    size_t errors, warnings;
+} kl_problems;
+/* Counts one problem of this log level (errors and worse, warnings). */
+void kl_problems_count(kl_problems *p, int level);
+
 #define kl_warn(...) kl_log(KL_LOG_WARN, __VA_ARGS__)
 #define kl_error(...) kl_log(KL_LOG_ERROR, __VA_ARGS__)
 #define kl_fatal(...) kl_log(KL_LOG_FATAL, __VA_ARGS__)

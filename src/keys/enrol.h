@@ -5,7 +5,7 @@
  * full disk never leaves half a key behind. This is the only code outside
  * the key store that creates private key material, so it lives here with
  * the rest of the key handling; the Origin CA API call and
- * the startup policy are in server/activate.h. */
+ * the startup policy are in activation/activate.h. */
 #ifndef KL_KEYS_ENROL_H
 #define KL_KEYS_ENROL_H
 

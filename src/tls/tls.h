@@ -103,7 +103,7 @@ const char *kl_tls_last_error(const kl_tls_conn *c);
  * (docs/SECURITY.md); kl_tls_last_error then says so. */
 const char *kl_tls_peer_name(const kl_tls_conn *c);
 /* The peer's (verified) certificate as DER, malloc'd into *der (free()
- * it); 0 when there is none. For access lists (server/acl.c), which match
+ * it); 0 when there is none. For access lists (engine/acl.c), which match
  * subject, SANs and fingerprint without calling SSL_*. */
 size_t kl_tls_peer_cert_der(const kl_tls_conn *c, unsigned char **der);
 /* Verifies the peer certificate of an established connection again, with

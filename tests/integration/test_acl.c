@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Authorisation beyond mutual TLS: access lists (server/acl.h,
+/* Authorisation beyond mutual TLS: access lists (engine/acl.h,
  * docs/SECURITY.md). Clients matched by subject CN, by SAN and by SHA-256
  * fingerprint; keys by directory and by SKI. An allowed request is served;
  * a refused one is answered `key not found` and logged with the client's

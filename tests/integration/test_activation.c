@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Activation (server/activate.h) against a mock Origin CA: a
+/* Activation (activation/activate.h) against a mock Origin CA: a
  * libmicrohttpd endpoint on 127.0.0.1 inside this test records what
  * keylessd sends and answers as told - signing the CSR with a CA made here,
  * or failing in each way the real API can. Real keylessd processes:

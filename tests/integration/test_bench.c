@@ -21,7 +21,7 @@
 #include <jansson.h>
 #include <openssl/pem.h>
 
-#include "client/godur.h"
+#include "godur.h"
 
 static td_daemon d;
 static char *dir;

@@ -1,0 +1,439 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The daemon's geo router and metrics endpoint (daemon_ext.h has the
+ * order). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "router/dns.h"
+#include "router/table.h"
+#include "daemon/daemon.h"
+#include "daemon/daemon_ext.h"
+#include "tls/certcheck.h"
+
+#define MS 1000000u
+
+static int ms(uint64_t ns)
+{
+    uint64_t v = ns / MS;
+    return v > (uint64_t)INT32_MAX ? INT32_MAX : (int)v;
+}
+
+static const char *or_default(const char *v, const char *d)
+{
+    return v && *v ? v : d;
+}
+
+/* The router's options from the configuration: its identity toward the
+ * remotes defaults to the server's own (auth_cert, auth_key) and the
+ * remotes must chain to the CA that signs clients here. */
+static kl_router_opts router_opts(const kl_config *cfg)
+{
+    return (kl_router_opts){
+        .table_file = cfg->router_table,
+        .cert_file = or_default(cfg->router_cert, cfg->auth_cert),
+        .key_file = or_default(cfg->router_key, cfg->auth_key),
+        .ca_file = or_default(cfg->router_ca, cfg->cloudflare_ca_cert),
+        .server_name = or_default(cfg->router_server_name, NULL),
+        .default_deadline_ms = ms(cfg->router_default_deadline_ns),
+        .max_attempts = cfg->router_max_attempts,
+        .max_hops = cfg->router_max_hops,
+        .timeout_floor_ms = ms(cfg->router_timeout_floor_ns),
+        .timeout_ceiling_ms = ms(cfg->router_timeout_ceiling_ns),
+        .timeout_p99_factor = cfg->router_timeout_p99_factor,
+        .ping_interval_ms = ms(cfg->router_ping_interval_ns),
+        .ewma_weight_pct = cfg->router_ewma_weight,
+        .latency_tolerance_pct = cfg->router_latency_tolerance,
+        /* the router's 0 means its default; ours means "never poll" */
+        .reload_poll_ms =
+            cfg->router_reload_poll_ns ? ms(cfg->router_reload_poll_ns) : -1,
+        .dns_refresh_ms = ms(cfg->router_dns_refresh_ns),
+        .connect_timeout_ms = ms(cfg->router_connect_timeout_ns),
+        .conn_inflight_threshold = cfg->router_conn_inflight_threshold,
+        .max_conns_per_remote = cfg->router_max_conns_per_remote,
+        .max_inflight_per_conn = cfg->router_max_inflight_per_conn,
+        .max_fds = cfg->router_max_fds,
+        .max_inflight = cfg->router_max_inflight,
+        .dns_ttl_floor_ms = ms(cfg->router_dns_ttl_floor_ns),
+        .dns_ttl_ceiling_ms = ms(cfg->router_dns_ttl_ceiling_ns),
+        .dns_server = or_default(cfg->router_dns_server, NULL),
+        .conn_idle_ms = ms(cfg->router_conn_idle_timeout_ns),
+        /* the router's 0 means its default; ours means "no hold" */
+        .answer_hold_max_us = cfg->router_answer_hold_ns
+                                  ? (int)(cfg->router_answer_hold_ns / 1000)
+                                  : -1,
+    };
+}
+
+/* --check resolves a table's dns: names as the router would. */
+static size_t check_resolve(const char *host, char (*out)[64], size_t max,
+                            void *arg)
+{
+    const kl_config *cfg = arg;
+    uint32_t ttl;
+    return kl_rt_dns_resolve(or_default(cfg->router_dns_server, NULL),
+                             ms(cfg->router_connect_timeout_ns), host, out, max,
+                             &ttl);
+}
+
+static void count_report(void *arg, int level, const char *msg)
+{
+    kl_problems_count(arg, level);
+    kl_log(level, "%s", msg);
+}
+
+void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
+{
+    if (!cfg->router_table || !*cfg->router_table)
+        return;
+    kl_rt_table *t = NULL;
+    char err[1024];
+    if (kl_rt_table_load(cfg->router_table, check_resolve, (void *)cfg, &t, err,
+                         sizeof err) != KL_OK) {
+        kl_error("router_table: %s", err);
+        p->errors++;
+        return;
+    }
+    size_t remotes = t->nservers;
+    kl_rt_table_free(t);
+    if (remotes == 0)
+        return; /* no remote: the router presents no certificate */
+    /* The router's identity toward the remotes must be a TLS client
+     * certificate (docs/ROUTING.md, "The router's certificate"). */
+    kl_router_opts o = router_opts(cfg);
+    bool own = cfg->router_cert && *cfg->router_cert;
+    kl_client_certcheck cc = {
+        .cert_option = own ? "router_cert" : "auth_cert",
+        .cert_file = o.cert_file,
+        .cert_note = own ? NULL
+                         : " (what the router presents to remote key servers "
+                           "while router_cert is unset)",
+        .key_option =
+            cfg->router_key && *cfg->router_key ? "router_key" : "auth_key",
+        /* auth_key against auth_cert is checked with the identity */
+        .key_file = own ? o.key_file : NULL,
+        .fix = own ? "Issue the router a certificate with extendedKeyUsage "
+                     "clientAuth (keyUsage digitalSignature) from a CA the "
+                     "remotes trust, and set router_cert and router_key to it"
+                   : "Issue the router a certificate with extendedKeyUsage "
+                     "clientAuth (keyUsage digitalSignature) from a CA the "
+                     "remotes trust and set router_cert and router_key to "
+                     "it, or reissue auth_cert with both serverAuth and "
+                     "clientAuth",
+        .now = cfg->has_current_time ? cfg->current_time_unix : 0,
+        .report = count_report,
+        .arg = p,
+    };
+    kl_certcheck_client(&cc);
+}
+
+/* docs/TRACING.md: one span ring per shard. A tracer that
+ * cannot start is reported and keylessd serves without it. */
+static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    kl_tracer_opts to = {
+        .endpoint = cfg->tracing_endpoint,
+        .sample_rate = cfg->tracing_sample_rate,
+        .rings = cfg->shards > 0 ? (unsigned)cfg->shards
+                 : ncpu > 0      ? (unsigned)ncpu
+                                 : 1,
+    };
+    char err[512];
+    if (kl_tracer_new(&to, &x->tracer, err, sizeof err) != KL_OK) {
+        kl_error("%s; serving without tracing", err);
+        x->tracer = NULL;
+        return;
+    }
+    kl_info("tracing: OTLP/HTTP to %s, sample rate %g (requests with a "
+            "span context follow its sampled flag)",
+            cfg->tracing_endpoint, cfg->tracing_sample_rate);
+}
+
+bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
+{
+    memset(x, 0, sizeof *x);
+    x->identities = cfg->metrics_identities;
+    atomic_init(&x->listening, false);
+    atomic_init(&x->draining, false);
+    atomic_init(&x->keys, 0);
+    if (cfg->metrics_port > 0) {
+        x->metrics = kl_metrics_new();
+        if (!x->metrics)
+            kl_error("metrics: out of memory; serving without them");
+        else
+            kl_metrics_set_identities(x->metrics, x->identities);
+    }
+    if (cfg->tracing_enabled)
+        start_tracing(x, cfg);
+    if (!cfg->router_table || !*cfg->router_table)
+        return true;
+    /* the table and the router's certificate, as --check reports them */
+    kl_problems p = {0};
+    kl_ext_check_router(cfg, &p);
+    if (p.errors) {
+        kl_error("not starting: fix the routing problems above, then check "
+                 "with keylessd --check");
+        return false;
+    }
+    kl_router_opts o = router_opts(cfg);
+    o.tracer = x->tracer;
+    char err[1024];
+    if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
+        kl_error("router_table: %s; not starting", err);
+        x->router = NULL;
+        return false;
+    }
+    kl_info("geo routing: table %s, hop limit %d, %d attempts per request",
+            cfg->router_table, cfg->router_max_hops, cfg->router_max_attempts);
+    return true;
+}
+
+/* How many of the routing table's remotes answer their pings (n: how many
+ * it has); thread-safe. */
+static size_t remotes_up(kl_daemon_ext *x, kl_remote_stats *st, size_t cap,
+                         size_t *n)
+{
+    size_t got = kl_router_remote_stats(x->router, st, cap), up = 0;
+    *n = 0;
+    for (size_t i = 0; i < got && i < cap; i++) {
+        *n += st[i].in_table;
+        up += st[i].up && st[i].in_table;
+    }
+    return up;
+}
+
+/* /ready: this server can serve (docs/METRICS.md, Readiness). It listens,
+ * does not drain, and holds keys; the remotes of a routing table do not
+ * count then (a signature for an SKI served here needs none of them; their
+ * health is /remotes and keylessd_route_up). A pure egress keylessd
+ * (routing only, no key) can serve while one remote answers, or when its
+ * table names none. Runs on the HTTP thread: atomics and the router's
+ * thread-safe calls only. */
+static bool ready(void *arg, char *reason, size_t len)
+{
+    kl_daemon_ext *x = arg;
+    if (atomic_load(&x->draining)) {
+        snprintf(reason, len, "draining");
+        return false;
+    }
+    if (!atomic_load(&x->listening)) {
+        snprintf(reason, len, "not listening yet");
+        return false;
+    }
+    if (atomic_load(&x->keys) > 0)
+        return true;
+    if (!x->router) {
+        snprintf(reason, len, "keys not loaded");
+        return false;
+    }
+    kl_remote_stats st[64];
+    size_t n, up = remotes_up(x, st, 64, &n);
+    if (n > 0 && up == 0) {
+        snprintf(reason, len,
+                 "no key loaded and no healthy route: none of the %zu "
+                 "remote key servers answers",
+                 n);
+        return false;
+    }
+    return true;
+}
+
+/* /remotes (docs/METRICS.md, docs/ROUTING.md): 200 while at least one
+ * remote of the routing table answers its pings, else 503; the body says
+ * how many and lists each (name, region, up or down). HTTP thread. */
+static bool remotes(void *arg, char *out, size_t len)
+{
+    kl_daemon_ext *x = arg;
+    kl_remote_stats st[64];
+    size_t got = kl_router_remote_stats(x->router, st, 64), n = 0, up = 0;
+    for (size_t i = 0; i < got && i < 64; i++) {
+        n += st[i].in_table;
+        up += st[i].up && st[i].in_table;
+    }
+    int w = snprintf(out, len, "%zu of %zu remote key servers up\n", up, n);
+    size_t at = w > 0 && (size_t)w < len ? (size_t)w : len;
+    for (size_t i = 0; i < got && i < 64 && at < len; i++) {
+        if (!st[i].in_table)
+            continue;
+        w = snprintf(out + at, len - at, "%s %s %s\n", st[i].name, st[i].region,
+                     st[i].up ? "up" : "down");
+        at = w > 0 && (size_t)w < len - at ? at + (size_t)w : len;
+    }
+    return up > 0;
+}
+
+/* Sampled gauges, at the start of each scrape (HTTP thread). */
+static void on_scrape(kl_metrics *m, void *arg)
+{
+    kl_daemon_ext *x = arg;
+    _Static_assert(KL_METRICS_COST_CLASSES == KL_COST_CLASSES,
+                   "metrics and the pool agree on the cost classes");
+    if (x->pool)
+        for (int c = 0; c < KL_COST_CLASSES; c++)
+            kl_metrics_set_queue_depth(
+                m, c, kl_pool_queued(x->pool, (kl_cost_class)c));
+    kl_metrics_set_keys_loaded(m, atomic_load(&x->keys));
+    /* per upstream route, and the trace exporter */
+    if (x->router) {
+        kl_remote_stats st[64];
+        kl_metrics_route mr[64];
+        size_t n = kl_router_remote_stats(x->router, st, 64);
+        if (n > 64)
+            n = 64;
+        for (size_t i = 0; i < n; i++) {
+            memset(&mr[i], 0, sizeof mr[i]);
+            _Static_assert(sizeof mr[i].name == sizeof st[i].name &&
+                               sizeof mr[i].region == sizeof st[i].region,
+                           "route names fit");
+            memcpy(mr[i].name, st[i].name, sizeof mr[i].name);
+            memcpy(mr[i].region, st[i].region, sizeof mr[i].region);
+            mr[i].up = st[i].up;
+            mr[i].ewma_seconds = st[i].ewma_ms < 0 ? -1 : st[i].ewma_ms / 1e3;
+            mr[i].inflight = st[i].inflight;
+            mr[i].requests = st[i].sent;
+            mr[i].errors = st[i].failed;
+        }
+        kl_metrics_set_routes(m, mr, n);
+    }
+    if (x->tracer) {
+        kl_tracer_stats ts;
+        kl_tracer_get_stats(x->tracer, &ts);
+        kl_metrics_set_tracing(
+            m, &(kl_metrics_tracing){ts.exported, ts.dropped_full,
+                                     ts.dropped_export, ts.export_failures});
+    }
+}
+
+/* certificate_expiration_timestamp_seconds for the configured files: the
+ * server's own certificate, the client CA, the router's identity. */
+static void export_certs(kl_daemon_ext *x, const kl_config *cfg)
+{
+    for (size_t i = 0; i < 3; i++) {
+        if (x->cert_src[i])
+            kl_metrics_cert_expiry_forget(x->metrics, x->cert_src[i]);
+        free(x->cert_src[i]);
+        x->cert_src[i] = NULL;
+    }
+    const char *files[3] = {
+        cfg->auth_cert, cfg->cloudflare_ca_cert,
+        cfg->router_table && *cfg->router_table ? cfg->router_cert : NULL};
+    /* metrics_identities: false names them by option, not by path */
+    static const char *const options[3] = {"auth_cert", "cloudflare_ca_cert",
+                                           "router_cert"};
+    for (size_t i = 0; i < 3; i++) {
+        const char *f = files[i];
+        if (!f || !*f || (i == 2 && !strcmp(f, cfg->auth_cert)))
+            continue;
+        const char *src = x->identities ? f : options[i];
+        if (kl_metrics_cert_expiry_add_file_as(x->metrics, f, src) != KL_OK) {
+            kl_debug("metrics: no certificate expiry series for %s "
+                     "(unreadable or no certificate)",
+                     f);
+            continue;
+        }
+        x->cert_src[i] = strdup(src);
+    }
+}
+
+void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
+                  size_t nkeys)
+{
+    x->pool = pool;
+    atomic_store(&x->keys, nkeys);
+    atomic_store(&x->listening, true);
+    if (!x->metrics)
+        return;
+    kl_metrics_set_keys_loaded(x->metrics, nkeys);
+    export_certs(x, cfg);
+    kl_metrics_on_scrape(x->metrics, on_scrape, x);
+    const char *addr = or_default(cfg->metrics_address, cfg->listen_address);
+    char err[512];
+    x->http = kl_metrics_http_start(
+        x->metrics,
+        &(kl_metrics_http_opts){.address = addr,
+                                .port = (uint16_t)cfg->metrics_port,
+                                .ready = ready,
+                                .ready_arg = x,
+                                .remotes = x->router ? remotes : NULL,
+                                .remotes_arg = x},
+        err, sizeof err);
+    if (!x->http) {
+        /* The reference logs this and goes on serving keys: a key server
+         * must not stay down for its metrics. */
+        kl_error("metrics: %s; serving keys without /metrics, /health and "
+                 "/ready (fix metrics_port or metrics_address, or set "
+                 "metrics_port: 0)",
+                 err);
+        return;
+    }
+    kl_info("metrics: http://%s%s%s:%u/metrics (and /health, /ready%s)",
+            strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "",
+            kl_metrics_http_port(x->http), x->router ? ", /remotes" : "");
+}
+
+bool kl_ext_reload_router(kl_daemon_ext *x)
+{
+    if (!x->router)
+        return true;
+    char err[1024];
+    if (kl_router_reload(x->router, err, sizeof err) != KL_OK) {
+        kl_error("reload: router_table: %s; keeping the previous routes", err);
+        return false;
+    }
+    kl_router_stats st;
+    kl_router_get_stats(x->router, &st);
+    kl_info("reload: routing table re-read (generation %u)", st.generation);
+    return true;
+}
+
+void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
+                     size_t nkeys)
+{
+    atomic_store(&x->keys, nkeys);
+    if (!x->metrics)
+        return;
+    kl_metrics_set_keys_loaded(x->metrics, nkeys);
+    kl_metrics_reload_result(x->metrics, ok, time(NULL));
+    export_certs(x, cfg);
+}
+
+void kl_ext_draining(kl_daemon_ext *x)
+{
+    atomic_store(&x->draining, true);
+}
+
+void kl_ext_stop(kl_daemon_ext *x)
+{
+    kl_metrics_http_stop(x->http);
+    x->http = NULL;
+    x->pool = NULL;
+    if (x->router) {
+        kl_router_stats st;
+        kl_router_get_stats(x->router, &st);
+        kl_info("router: %llu forwarded, %llu answered, %llu without a "
+                "route, %llu past the hop limit, %llu cancelled",
+                (unsigned long long)st.routed, (unsigned long long)st.answered,
+                (unsigned long long)st.no_route,
+                (unsigned long long)st.hop_limit,
+                (unsigned long long)st.cancelled);
+        kl_router_free(x->router);
+        x->router = NULL;
+    }
+}
+
+void kl_ext_free(kl_daemon_ext *x)
+{
+    kl_ext_stop(x);
+    for (size_t i = 0; i < 3; i++)
+        free(x->cert_src[i]);
+    kl_metrics_free(x->metrics);
+    if (x->tracer) {
+        /* the shards and the router are gone: flush, at most 2 s */
+        kl_tracer_free(x->tracer, 2000);
+    }
+    memset(x, 0, sizeof *x);
+}
