@@ -116,7 +116,8 @@ soak: build
 
 # ---- Packaging: install, Debian package, packaging tests ----
 #   make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]
-#   make deb              -> build-deb/keylessd_<version>_<arch>.deb
+#   make deb              -> build-deb/keylessd_<version>_<arch>.deb, and
+#                         libkeyless0 + libkeyless-dev (the client library)
 #   make test-packaging   unit verification, readiness notification, and the
 #                         package installed and removed (root only)
 PREFIX ?= /usr/local

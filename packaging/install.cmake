@@ -4,6 +4,9 @@
 #   cmake --install BUILD [--prefix P]       (DESTDIR from the environment)
 # Layout, with the prefix P:
 #   P/sbin/keylessd, P/bin/keyless-cli, P/bin/keyless-bench
+#   P/lib/libkeyless.so.0 (+ .so link), P/include/keyless/*.h,
+#   P/lib/pkgconfig/keyless.pc     libkeyless (CMakeLists.txt; lib/ is
+#                                  GNUInstallDirs' libdir)
 #   P/share/man/man8/keylessd.8.gz, man1/keyless-cli.1.gz, keyless-bench.1.gz,
 #   keyless-keyref.1.gz
 #   P/share/doc/keylessd/           README.md and every docs/*.md

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* keyless-bench's parts (cmd/keyless-bench/keyless-bench.c is its event loop): the
- * command line (bench_args.c), keys, inputs and connections
+/* keyless-bench's parts (cmd/keyless-bench/keyless-bench.c is its event loop):
+ * the command line (bench_args.c), keys, inputs and connections
  * (bench_setup.c), and counting and reporting (bench_report.c). They live
  * in the client library so the tool stays a set of small files and the
  * parsers can be unit-tested; nothing else uses them. */

@@ -75,7 +75,7 @@ echo "ok: a deliberate include of engine/ from router/ is named"
 
 # 2. The build's views refuse it too (when a build directory is known).
 if [ -n "$bin" ] && [ -d "$bin/layers/router" ]; then
-    cc=${CC:-cc}
+    cc=${KL_CC:-cc}
     flags=(-fsyntax-only -D_GNU_SOURCE -I"$src/include")
     if "$cc" "${flags[@]}" -I"$bin/layers/router" -x c "$tmp/tree/src/router/layer_probe.c" 2>"$tmp/cc.err"; then
         echo "FAIL: router's build view compiled an include of engine/" >&2
