@@ -373,7 +373,10 @@ static void pump_in(dir *d, uint64_t now)
         uint64_t lat = (uint64_t)(d->up ? g.lat_up : g.lat_down) * 1000000ull;
         if (g.jitter)
             lat += random64() % ((uint64_t)g.jitter * 1000000ull + 1);
-        k->due_ns = now + lat;
+        /* from the moment of this read, not the loop's wake-up: bytes
+         * that arrived while the loop was busy (or descheduled) after it
+         * woke would otherwise be delayed by less than the latency */
+        k->due_ns = now_ns() + lat;
         if (k->due_ns < d->last_due)
             k->due_ns = d->last_due; /* jitter never reorders bytes */
         d->last_due = k->due_ns;
