@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Creates, only where missing, the development PKI and demo keys that
-# `make run` and the tests use (issue "keylessd serves": the embedded
-# default):
+# `make run` and the tests use (README.md: the embedded default):
 #   STATE_DIR/ca.{key,crt}          dev CA (signs the server and the client)
 #   STATE_DIR/server.{key,crt}      server certificate: localhost, 127.0.0.1, ::1
 #                                   (EKU serverAuth)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Private to src/crypto: private-key operations on PKCS#11 tokens (issue
- * 12), reached through kl_crypto_exec_deadline once the opcode, the key type
- * and the input length were checked. */
+/* Private to src/crypto: private-key operations on PKCS#11 tokens
+ * (docs/OPERATIONS.md, PKCS#11), reached through kl_crypto_exec_deadline once
+ * the opcode, the key type and the input length were checked. */
 #ifndef KL_CRYPTO_P11_OPS_H
 #define KL_CRYPTO_P11_OPS_H
 

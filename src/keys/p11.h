@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Private to src/keys and src/crypto: keys held by PKCS#11 tokens (issue
- * 12). A kl_p11_set belongs to one key store and holds the modules it
- * loaded (through p11-kit, each at most once) and the tokens its keys live
- * on. Each token has a session pool sized by max-sessions: sessions are
- * opened on demand, logged in, reused, and a wait for one is bounded by the
- * caller's deadline - never a fixed stall. */
+/* Private to src/keys and src/crypto: keys held by PKCS#11 tokens
+ * (docs/OPERATIONS.md, PKCS#11). A kl_p11_set belongs to one key store and
+ * holds the modules it loaded (through p11-kit, each at most once) and the
+ * tokens its keys live on. Each token has a session pool sized by max-sessions:
+ * sessions are opened on demand, logged in, reused, and a wait for one is
+ * bounded by the caller's deadline - never a fixed stall. */
 #ifndef KL_KEYS_P11_H
 #define KL_KEYS_P11_H
 

@@ -150,9 +150,9 @@ static int setup_10k(void **state)
 /* 10,000 connections that never speak TLS, opened at once (defaults:
  * max_connections 10000, max_handshaking 1000; handshake timeout 3 s): the
  * side client keeps being served; 1000 at a time are in their handshake
- * and closed at its timeout, the others wait in the listen backlog (issue
- * 5: none is closed at accept) - so about 1000 are closed at 3 s, 1000 more
- * at 6 s. */
+ * and closed at its timeout, the others wait in the listen backlog
+ * (docs/SECURITY.md: none is closed at accept) - so about 1000 are closed at 3
+ * s, 1000 more at 6 s. */
 static void test_10k_connections(void **state)
 {
     enum { N = 10000 };
