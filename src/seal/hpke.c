@@ -10,6 +10,7 @@
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
+#include <openssl/params.h>
 
 /* The mode byte of the key schedule context (RFC 9180 Table 1). */
 #define MODE_BASE 0x00

@@ -10,15 +10,17 @@
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/kdf.h>
+#include <openssl/params.h>
 
 /* The version label of every labelled derivation (RFC 9180 section 4). */
 static const char hpke_v1[] = "HPKE-v1";
 #define HPKE_V1_LEN (sizeof hpke_v1 - 1)
 
-/* OpenSSL 3.0's HKDF keeps the Expand info in a 1024-byte buffer; a longer
- * one is refused here with a status rather than by OpenSSL. Every info
- * HPKE itself builds is far below (the key schedule's is 82 bytes); only
- * an exporter_context can reach it. */
+/* The Expand info is framed in a stack buffer of this size. Every info
+ * HPKE itself builds is far below it (the longest, P-256's shared_secret
+ * with its 130-byte kem_context, is 157 bytes); only an exporter_context
+ * can reach it, and one longer than 1002 bytes is refused with
+ * KL_E_TOO_LARGE. */
 #define HKDF_INFO_MAX 1024
 
 size_t kl_hpke_kem_suite_id(uint16_t kem, uint8_t *out)

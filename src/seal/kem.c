@@ -13,6 +13,7 @@
 #include <openssl/ec.h>
 #include <openssl/obj_mac.h>
 #include <openssl/param_build.h>
+#include <openssl/params.h>
 
 /* Ndh = Nsecret = Nsk = 32 for both KEMs (RFC 9180 Table 2). */
 #define DH_LEN 32
