@@ -162,9 +162,9 @@ static kl_status aead(const kl_hpke_ctx *ctx, int seal, const uint8_t *aad,
                                           KL_HPKE_TAG_LEN),
         OSSL_PARAM_construct_end(),
     };
-    /* All three take a 12-byte nonce (Nn) by default. AES-GCM and
-     * ChaCha20-Poly1305 are stream modes: Final writes no
-     * byte, only ends the tag computation (fin_out is never written). */
+    /* All three AEADs take a 12-byte nonce (Nn) by default, and all are
+     * stream modes: Final writes no byte, it only ends the tag (fin_out
+     * is never written). */
     uint8_t fin_out[KL_HPKE_TAG_LEN];
     int n = 0;
     kl_status s = !cipher ? KL_E_INTERNAL : !c ? KL_E_NOMEM : KL_E_INTERNAL;
