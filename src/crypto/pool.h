@@ -4,12 +4,12 @@
  * class has its own bounded queue; workers prefer the fast class, and long
  * slow jobs (RSA above 2048 bits) can never occupy every worker, so a burst
  * of RSA-4096 cannot delay ECDSA behind it; short ones (RSA-2048) may, while
- * no fast job is queued (pool.c). Jobs on PKCS#11 keys (the blocking class) run
- * on their own threads only: a slow or stalled HSM never holds a fast or slow
- * worker. Completion is reported through the job's callback on a pool thread;
- * the callback hands the job back to its owner (e.g. through a shard's
- * completion queue) and must not block. A blocking-class job with a deadline is
- * answered by its deadline even when the token call it made has not
+ * no fast job is queued (pool_sched.c). Jobs on PKCS#11 keys (the blocking
+ * class) run on their own threads only: a slow or stalled HSM never holds a
+ * fast or slow worker. Completion is reported through the job's callback on a
+ * pool thread; the callback hands the job back to its owner (e.g. through a
+ * shard's completion queue) and must not block. A blocking-class job with a
+ * deadline is answered by its deadline even when the token call it made has not
  * returned (the late result is dropped; the pool no longer touches the job
  * or its buffers once the callback ran). */
 #ifndef KL_CRYPTO_POOL_H
@@ -24,10 +24,21 @@
 typedef struct kl_job kl_job;
 typedef void (*kl_job_done_fn)(kl_job *job);
 
+/* What a job is. The pool runs key operations only; a kl_job is also what
+ * an owner's queue carries (a shard's completion queue, src/server), where
+ * other kinds travel beside them. */
+typedef enum kl_job_kind {
+    KL_JOB_KEY_OP = 0, /* an operation on key, run by the pool (or inline) */
+    KL_JOB_ROUTED,     /* a request forwarded to the key server that holds
+                          the key (src/server/routed.c): key is NULL, never
+                          submitted to the pool */
+} kl_job_kind;
+
 struct kl_job {
     kl_job *next; /* owned by whoever holds the job */
     const kl_key *key;
     uint8_t opcode;
+    kl_job_kind kind; /* 0 (zeroed): KL_JOB_KEY_OP */
     const uint8_t *in;
     size_t in_len;
     uint8_t *out;

@@ -77,17 +77,17 @@ bool kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
     format_addr(sa, c->addr, sizeof c->addr);
     kl_timer_init(&c->timer, on_timer, c);
     kl_shard_sync(s); /* new connections get the newest certificate */
-    c->trust_epoch = s->trust_epoch; /* ... and client CA (lifetime.c) */
+    c->trust_epoch = s->res.trust_epoch; /* ... and client CA (lifetime.c) */
     c->tls = kl_tls_conn_new(kl_shard_tls(s), fd, true, NULL);
     if (!c->tls ||
-        kl_watch_start(s->loop, &c->watch, fd, KL_EV_READ, on_event, c) !=
+        kl_watch_start(s->ev.loop, &c->watch, fd, KL_EV_READ, on_event, c) !=
             KL_OK ||
-        kl_timer_at(s->loop, &c->timer,
-                    kl_loop_now(s->loop) + srv->o.handshake_timeout_ns) !=
+        kl_timer_at(s->ev.loop, &c->timer,
+                    kl_loop_now(s->ev.loop) + srv->o.handshake_timeout_ns) !=
             KL_OK) {
         kl_warn("%s: cannot set up the connection", c->addr);
-        kl_watch_stop(s->loop, &c->watch);
-        kl_timer_stop(s->loop, &c->timer);
+        kl_watch_stop(s->ev.loop, &c->watch);
+        kl_timer_stop(s->ev.loop, &c->timer);
         if (c->tls)
             kl_tls_conn_free(c->tls);
         free(c->in);
@@ -96,13 +96,13 @@ bool kl_conn_accept(kl_shard *s, int fd, const struct sockaddr *sa)
         kl_limits_release(s, true, &src);
         return true;
     }
-    c->next = s->live;
-    if (s->live)
-        s->live->prev = c;
-    s->live = c;
-    s->nlive++;
+    c->next = s->conns.live;
+    if (s->conns.live)
+        s->conns.live->prev = c;
+    s->conns.live = c;
+    s->conns.nlive++;
     KL_COUNT(s->st.accepted);
-    kl_metrics_conn_move(s->mx, KL_MCONN_NONE, KL_MCONN_HANDSHAKE);
+    kl_metrics_conn_move(s->obs.mx, KL_MCONN_NONE, KL_MCONN_HANDSHAKE);
     return true;
 }
 
@@ -117,8 +117,8 @@ void kl_conn_close(kl_conn *c)
     kl_acl_grant_release(&c->acl);
     /* workers skip the jobs still queued for it */
     atomic_store_explicit(&c->gone, true, memory_order_relaxed);
-    kl_watch_stop(s->loop, &c->watch);
-    kl_timer_stop(s->loop, &c->timer);
+    kl_watch_stop(s->ev.loop, &c->watch);
+    kl_timer_stop(s->ev.loop, &c->timer);
     kl_tls_conn_free(c->tls);
     c->tls = NULL;
     /* unsent responses have nobody to go to: their bytes go back to the
@@ -135,15 +135,15 @@ void kl_conn_close(kl_conn *c)
     if (c->prev)
         c->prev->next = c->next;
     else
-        s->live = c->next;
+        s->conns.live = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    s->nlive--;
+    s->conns.nlive--;
     c->prev = NULL;
-    c->next = s->closed;
-    if (s->closed)
-        s->closed->prev = c;
-    s->closed = c;
+    c->next = s->conns.closed;
+    if (s->conns.closed)
+        s->conns.closed->prev = c;
+    s->conns.closed = c;
 }
 
 void kl_conn_free(kl_conn *c)
@@ -185,8 +185,8 @@ void kl_conn_drain(kl_conn *c)
     kl_conn_set_state(c, KL_CONN_DRAINING);
     /* P8: stop reading, finish what is in flight (up to the drain time),
      * then close. */
-    if (kl_timer_at(s->loop, &c->timer,
-                    kl_loop_now(s->loop) + opts(c)->drain_timeout_ns) !=
+    if (kl_timer_at(s->ev.loop, &c->timer,
+                    kl_loop_now(s->ev.loop) + opts(c)->drain_timeout_ns) !=
         KL_OK) {
         kl_conn_close(c);
         return;
@@ -208,20 +208,20 @@ static size_t shard_budget(const kl_shard *s)
 void kl_shard_held_release(kl_shard *s, size_t n)
 {
     size_t budget = shard_budget(s), low = budget - budget / 8;
-    bool was_high = s->held >= low;
-    s->held -= n;
+    bool was_high = s->budget.held >= low;
+    s->budget.held -= n;
     /* Connections paused on the budget resume on the wake (shard.c
      * resume_paused); some room first, so that one freed response does
      * not make the shard walk its connections each time. */
-    if (was_high && s->held < low && s->paused_global)
-        kl_loop_wake(s->loop);
+    if (was_high && s->budget.held < low && s->conns.paused_global)
+        kl_loop_wake(s->ev.loop);
 }
 
 void kl_conn_held_sync(kl_conn *c)
 {
     size_t cap = c->out.cap;
     if (cap > c->out_held)
-        c->shard->held += cap - c->out_held;
+        c->shard->budget.held += cap - c->out_held;
     else if (cap < c->out_held)
         kl_shard_held_release(c->shard, c->out_held - cap);
     c->out_held = cap;
@@ -243,7 +243,7 @@ int kl_conn_read_block(const kl_conn *c)
      * others, and memory stays within the budget plus one request per
      * connection. */
     if ((c->inflight > 0 || kl_outbuf_pending(&c->out) > 0) &&
-        c->shard->held >= shard_budget(c->shard))
+        c->shard->budget.held >= shard_budget(c->shard))
         return KL_BUDGET_LIMIT;
     if (atomic_load_explicit(&srv->inflight, memory_order_relaxed) >=
         srv->o.max_inflight)
@@ -275,14 +275,14 @@ void kl_conn_update_interest(kl_conn *c)
             KL_COUNT(s->st.read_pauses);
         }
         if (why == KL_BUDGET_LIMIT)
-            s->paused_global = true; /* kl_shard_held_release wakes us */
+            s->conns.paused_global = true; /* kl_shard_held_release wakes us */
         if (why == KL_PROCESS_LIMIT) {
-            s->paused_global = true;
-            atomic_store(&s->global_blocked, true);
+            s->conns.paused_global = true;
+            atomic_store(&s->conns.global_blocked, true);
             /* A shard that brought the count down before it could see the
              * flag did not wake us: check again after publishing it. */
             if (atomic_load(&s->srv->inflight) < s->srv->o.max_inflight)
-                kl_loop_wake(s->loop);
+                kl_loop_wake(s->ev.loop);
         }
         if (kl_outbuf_pending(&c->out) > 0) {
             if (c->write_blocked)
@@ -291,7 +291,7 @@ void kl_conn_update_interest(kl_conn *c)
                 ev |= KL_EV_READ;
         }
     }
-    if (kl_watch_set(s->loop, &c->watch, ev) != KL_OK)
+    if (kl_watch_set(s->ev.loop, &c->watch, ev) != KL_OK)
         kl_conn_close_with(c, KL_LOG_WARN, "closed", "epoll_ctl failed");
 }
 
@@ -392,7 +392,7 @@ static void read_input(kl_conn *c)
                      c->inflight ? " with requests in flight" : "");
             kl_conn_close(c);
         } else {
-            kl_metrics_failed_connection(c->shard->mx);
+            kl_metrics_failed_connection(c->shard->obs.mx);
             kl_conn_close_with(c, KL_LOG_INFO, "read failed",
                                kl_tls_last_error(c->tls));
         }
@@ -426,7 +426,7 @@ void kl_conn_flush(kl_conn *c)
         } else if (io == KL_IO_WANT_READ) {
             c->write_wants_read = true;
         } else {
-            kl_metrics_failed_connection(c->shard->mx);
+            kl_metrics_failed_connection(c->shard->obs.mx);
             kl_conn_close_with(c, KL_LOG_INFO, "write failed",
                                io == KL_IO_EOF ? "peer closed"
                                                : kl_tls_last_error(c->tls));
@@ -462,16 +462,16 @@ static void handshake(kl_conn *c)
         kl_debug("connection %s (client %s): %s %s", c->addr,
                  kl_conn_peer_label(c), kl_tls_version(c->tls),
                  kl_tls_cipher(c->tls));
-        c->last_req_ns = kl_loop_now(s->loop);
+        c->last_req_ns = kl_loop_now(s->ev.loop);
         kl_conn_lifetime_start(c); /* the certificate's expiry */
-        if (kl_timer_at(s->loop, &c->timer, kl_conn_next_due(c)) != KL_OK) {
+        if (kl_timer_at(s->ev.loop, &c->timer, kl_conn_next_due(c)) != KL_OK) {
             kl_conn_close_with(c, KL_LOG_ERROR, "closed", "out of memory");
             return;
         }
         /* The client may have sent requests right behind its Finished;
          * they may already sit decrypted inside TLS. */
         kl_shard_mark_ready(s, c);
-        if (s->draining)
+        if (s->conns.draining)
             kl_conn_drain(c);
         else /* a reload during the handshake changed the client CA */
             (void)kl_conn_lifetime_ok(c, kl_now_ns());

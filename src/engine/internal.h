@@ -87,7 +87,7 @@ struct kl_conn {
     uint8_t *in;
     size_t in_len, in_cap;
     kl_outbuf out;
-    size_t out_held; /* out.cap as counted in shard->held */
+    size_t out_held; /* out.cap as counted in shard->budget.held */
     uint32_t inflight;
     kl_srv_rjob *routed; /* forwarded requests in flight (routed.c) */
     uint64_t last_req_ns;
@@ -124,36 +124,47 @@ typedef struct kl_srv_job {
     kl_trace_ref trace;
     uint64_t queued_ns;
     const char *request_id; /* NULL or points into data */
-    size_t held;            /* its size, counted in shard->held */
+    size_t held;            /* its size, counted in shard->budget.held */
     uint8_t data[];
 } kl_srv_job;
 
-/* The completion queue carries crypto jobs (kl_srv_job) and forwarded
- * requests (kl_srv_rjob, routed.c), both starting with a kl_job. A crypto
- * job always has its key; a forwarded request has none (its key is
- * elsewhere). */
-static inline bool kl_job_is_routed(const kl_job *j)
-{
-    return j->key == NULL;
-}
+/* The trace state of the request being handled: from kl_tr_request_read
+ * to kl_tr_request_end, inside one call of kl_conn_handle_request, which
+ * holds it; a job or a forwarded request takes a copy of ref. */
+typedef struct kl_req_trace {
+    kl_trace_ref ref; /* sampled: the request is traced */
+    uint64_t t0;      /* read */
+    char rid[KL_REQUEST_ID_MAX + 1];
+} kl_req_trace;
 
-struct kl_shard {
-    kl_server *srv;
-    int index;
+/* The parts of a shard (struct kl_shard below), by purpose. */
+
+/* Its thread and event loop: other threads reach the shard only by
+ * waking the loop (kl_loop_wake), after setting one of the flags below
+ * (accept.blocked, conns.global_blocked, done.routed_wake) or pushing onto
+ * its completion queue. */
+typedef struct kl_shard_loop {
     pthread_t thread;
     bool started;
     kl_loop *loop;
-    int listen_fd;
-    kl_watch listen_watch;
-    kl_timer accept_retry;
-    /* accept back-pressure (limits.c): at max_handshaking the
-     * listener stops (listen_parked) holding the socket accepted last
-     * (held_fd, -1: none; its address in held_sa); accept_blocked asks
-     * the shard that frees a handshake slot to wake this one */
-    bool listen_parked;
+} kl_shard_loop;
+
+/* The listening socket, and accept back-pressure (limits.c): at
+ * max_handshaking the listener stops (parked) holding the socket accepted
+ * last (held_fd, -1: none; its address in held_sa); blocked asks the
+ * shard that frees a handshake slot to wake this one */
+typedef struct kl_shard_accept {
+    int fd;
+    kl_watch watch;
+    kl_timer retry;
+    bool parked;
     int held_fd;
     struct sockaddr_storage held_sa;
-    atomic_bool accept_blocked;
+    atomic_bool blocked;
+} kl_shard_accept;
+
+/* The connections, the turn's work lists, and the drain at shutdown */
+typedef struct kl_shard_conns {
     kl_conn *live; /* doubly linked */
     size_t nlive;
     kl_conn *closed; /* closed, waiting for jobs (zombies) */
@@ -163,43 +174,74 @@ struct kl_shard {
     bool draining;
     bool drain_expired;
     kl_timer drain_timer;
-    pthread_mutex_t done_mu; /* completion queue: workers push, shard takes */
-    kl_job *done_head;
-    /* forwarded answers (routed.c), also under done_mu: the router's batch
-     * flush wakes the shard (kl_shard_routed_flush), so that answers held
-     * together do not wake it one by one - and a crypto completion never
-     * waits for that flush (done_head wakes on its own) */
-    kl_job *rdone_head;
-    atomic_bool rdone_wake;
-    kl_shard_stats st;
-    /* what a reload swaps (res.c) */
-    uint64_t gen;           /* the server generation taken last */
-    kl_pin *keys;           /* current key store */
-    kl_pin *old_keys;       /* retired stores that jobs still use */
-    kl_res *tls;            /* current TLS context */
-    uint64_t log_window_ns; /* rate limit of warning lines (request.c) */
-    kl_metrics_local *mx;   /* this shard's metrics slot; NULL: off */
-    kl_trace_ring *tr;      /* this shard's span ring; NULL: tracing off */
-    kl_trace_ref tr_cur;    /* the request being handled (metrics_glue.c) */
-    uint64_t tr_t0;
-    char tr_rid[KL_REQUEST_ID_MAX + 1];
-    uint64_t busy_reported; /* loop busy time already recorded */
-    uint32_t log_lines, log_suppressed;
-    uint64_t refusal_log_ns; /* rate limit of limits.c's warnings */
-    kl_timer loglimit_timer; /* a summary of lines left out (loglimit.c) */
-    /* fast operations run inline while the turn has used less
-     * than inline_ns (0: never); how many ran here and in the pool */
-    uint64_t inline_ns;
-    uint64_t inlined, pooled;
-    /* bytes held for crypto jobs in flight and output buffers
-     * (conn.c), against max_buffered / nshards */
-    size_t held;
+} kl_shard_conns;
 
+/* The completion queue, all under mu: workers push crypto jobs
+ * (kl_srv_job, kind KL_JOB_KEY_OP), the router forwarded requests
+ * (kl_srv_rjob, routed.c, kind KL_JOB_ROUTED) - both start with a kl_job -
+ * and the shard takes them. Forwarded answers sit on a list of their own:
+ * the router's batch flush wakes the shard for them (kl_shard_routed_flush,
+ * when routed_wake is set), so that answers held together do not wake it
+ * one by one - and a crypto completion never waits for that flush (head
+ * wakes on its own). */
+typedef struct kl_shard_done {
+    pthread_mutex_t mu;
+    kl_job *head;
+    kl_job *routed;
+    atomic_bool routed_wake;
+} kl_shard_done;
+
+/* What a reload swaps (res.c), and what it asks of the shard */
+typedef struct kl_shard_res {
+    uint64_t gen;     /* the server generation taken last */
+    kl_pin *keys;     /* current key store */
+    kl_pin *old_keys; /* retired stores that jobs still use */
+    kl_res *tls;      /* current TLS context */
     /* docs/SECURITY.md "Revocation and expiry": bumped when a reload's
      * TLS context trusts other client CAs than the one before; recheck:
      * the open connections are to be verified again (lifetime.c) */
     uint32_t trust_epoch;
     bool trust_recheck;
+} kl_shard_res;
+
+/* Where the shard records (metrics_glue.c) */
+typedef struct kl_shard_obs {
+    kl_metrics_local *mx;   /* this shard's metrics slot; NULL: off */
+    kl_trace_ring *tr;      /* this shard's span ring; NULL: tracing off */
+    uint64_t busy_reported; /* loop busy time already recorded */
+} kl_shard_obs;
+
+/* Rate limits of log lines */
+typedef struct kl_shard_logs {
+    uint64_t window_ns; /* of warning lines (request.c) */
+    uint32_t lines, suppressed;
+    uint64_t refusal_ns; /* of limits.c's warnings */
+    kl_timer timer;      /* a summary of lines left out (loglimit.c) */
+} kl_shard_logs;
+
+/* The shard's budgets. Fast operations run inline while the turn has used
+ * less than inline_ns (0: never; kl_shard_may_inline), past it they spill
+ * to the pool when a CPU is free; how many ran here and in the pool. held:
+ * bytes held for crypto jobs in flight and output buffers (conn.c),
+ * against max_buffered / nshards */
+typedef struct kl_shard_budget {
+    uint64_t inline_ns;
+    uint64_t inlined, pooled;
+    size_t held;
+} kl_shard_budget;
+
+struct kl_shard {
+    kl_server *srv;
+    int index;
+    kl_shard_loop ev;
+    kl_shard_accept accept;
+    kl_shard_conns conns;
+    kl_shard_done done;
+    kl_shard_stats st;
+    kl_shard_res res;
+    kl_shard_obs obs;
+    kl_shard_logs logs;
+    kl_shard_budget budget;
 };
 
 struct kl_server {
@@ -249,7 +291,7 @@ void kl_conn_close_limited(kl_conn *c, kl_metrics_log_kind kind, int level,
 /* Writes the summaries of the windows that are over (force: all, at
  * shutdown); returns when the next is due (0: none). Any thread. */
 uint64_t kl_loglimit_flush(uint64_t now_ns, bool force);
-/* The shard's loglimit_timer. */
+/* The shard's logs.timer. */
 void kl_shard_loglimit_timer(kl_loop *l, kl_timer *t);
 /* false: max_handshaking is reached and fd was left to the caller
  * (limits.h KL_ADMIT_WAIT); true: fd became a connection or was closed */
@@ -261,7 +303,7 @@ void kl_conn_update_interest(kl_conn *c);
 void kl_conn_drain(kl_conn *c);
 void kl_conn_close(kl_conn *c);
 void kl_conn_free(kl_conn *c);
-/* max_buffered: brings shard->held up to date with c's output
+/* max_buffered: brings shard->budget.held up to date with c's output
  * buffer; the shard gave back n held bytes. */
 void kl_conn_held_sync(kl_conn *c);
 void kl_shard_held_release(kl_shard *s, size_t n);
@@ -275,7 +317,7 @@ void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
 void kl_conn_answer_error(kl_conn *c, uint32_t id, uint8_t err,
                           const char *request_id, const char *detail);
 
-/* metrics_glue.c. Every call accepts s->mx == NULL. */
+/* metrics_glue.c. Every call accepts s->obs.mx == NULL. */
 /* keylessd_connections{state}: c moves to state `to`. */
 void kl_conn_set_state(kl_conn *c, kl_conn_state to);
 /* A request was read (t0: kl_now_ns() then, or 0 with metrics off). */
@@ -299,15 +341,16 @@ void kl_mx_loop_turn(kl_shard *s);
 /* A client's certificate after its handshake: its expiry series. */
 void kl_mx_peer_cert(kl_conn *c);
 /* The key store was searched from tk (kl_mx_now) on: the key-load
- * histogram and the key-lookup span. */
-void kl_mx_key_lookup(kl_shard *s, uint64_t tk, const uint8_t *ski, bool found);
+ * histogram and the key-lookup span (of the request rt, when traced). */
+void kl_mx_key_lookup(kl_shard *s, const kl_req_trace *rt, uint64_t tk,
+                      const uint8_t *ski, bool found);
 
 /* Tracing (metrics_glue.c, docs/TRACING.md). With tracing off
- * (s->tr NULL) each of these is one predictable branch. */
-void kl_tr_request_read_(kl_conn *c, const kl_request *req,
+ * (s->obs.tr NULL) each of these is one predictable branch. */
+void kl_tr_request_read_(kl_conn *c, kl_req_trace *rt, const kl_request *req,
                          const kl_req_context *ctx, uint64_t t0_ns);
-void kl_tr_job_attach_(kl_shard *s, kl_srv_job *j);
-void kl_tr_request_end_(kl_conn *c, int err);
+void kl_tr_job_attach_(kl_shard *s, const kl_req_trace *rt, kl_srv_job *j);
+void kl_tr_request_end_(kl_conn *c, const kl_req_trace *rt, int err);
 /* A forwarded request came back (routed.c): its route span (sent -> done,
  * id route_span) and its server span. */
 void kl_tr_routed_spans(kl_shard *s, const kl_conn *c, const kl_trace_ref *ref,
@@ -315,26 +358,30 @@ void kl_tr_routed_spans(kl_shard *s, const kl_conn *c, const kl_trace_ref *ref,
                         uint64_t t0, uint64_t sent, uint64_t done,
                         const char *rid);
 /* A request parsed (after its tag 0x16): decides whether it is traced
- * (tag 0x15, sampling) and makes it the shard's current request. */
-static inline void kl_tr_request_read(kl_conn *c, const kl_request *req,
+ * (tag 0x15, sampling) and fills rt, its trace state (rt->ref.sampled is
+ * false before, and stays so unless it is traced). */
+static inline void kl_tr_request_read(kl_conn *c, kl_req_trace *rt,
+                                      const kl_request *req,
                                       const kl_req_context *ctx, uint64_t t0_ns)
 {
-    if (c->shard->tr)
-        kl_tr_request_read_(c, req, ctx, t0_ns);
+    if (c->shard->obs.tr)
+        kl_tr_request_read_(c, rt, req, ctx, t0_ns);
 }
-/* The current request becomes job j (before kl_pool_submit). */
-static inline void kl_tr_job_attach(kl_shard *s, kl_srv_job *j)
+/* The request rt becomes job j (before kl_pool_submit). */
+static inline void kl_tr_job_attach(kl_shard *s, const kl_req_trace *rt,
+                                    kl_srv_job *j)
 {
-    if (s->tr)
-        kl_tr_job_attach_(s, j);
+    if (s->obs.tr)
+        kl_tr_job_attach_(s, rt, j);
 }
-/* The current request was handled: err is its P6 code when it was answered
- * at once (its server span ends now), negative when a job or the router
+/* The request rt was handled: err is its P6 code when it was answered at
+ * once (its server span ends now), negative when a job or the router
  * answers later. */
-static inline void kl_tr_request_end(kl_conn *c, int err)
+static inline void kl_tr_request_end(kl_conn *c, const kl_req_trace *rt,
+                                     int err)
 {
-    if (c->shard->tr)
-        kl_tr_request_end_(c, err);
+    if (c->shard->obs.tr)
+        kl_tr_request_end_(c, rt, err);
 }
 
 /* routed.c: requests for keys held elsewhere (docs/ROUTING.md) */
@@ -344,7 +391,8 @@ static inline void kl_tr_request_end(kl_conn *c, int err)
  * answered at once and its P6 code returned, for the request metrics. */
 #define KL_ROUTED_LATER (-1)
 int kl_routed_submit(kl_conn *c, const kl_request *req,
-                     const kl_req_context *ctx, uint64_t t0_ns);
+                     const kl_req_context *ctx, const kl_req_trace *rt,
+                     uint64_t t0_ns);
 /* On the shard: a forwarded request came back through the queue. */
 void kl_routed_complete(kl_shard *s, kl_job *j);
 /* After the shard stopped (kl_shard_destroy): frees it unanswered. */
@@ -365,11 +413,11 @@ void kl_res_free_tls(void *obj);
 void kl_shard_sync(kl_shard *s);
 static inline const kl_keystore *kl_shard_keys(const kl_shard *s)
 {
-    return (const kl_keystore *)s->keys->res->obj;
+    return (const kl_keystore *)s->res.keys->res->obj;
 }
 static inline kl_tls_ctx *kl_shard_tls(const kl_shard *s)
 {
-    return (kl_tls_ctx *)s->tls->obj;
+    return (kl_tls_ctx *)s->res.tls->obj;
 }
 /* A job starts or stops using the shard's current store. */
 kl_pin *kl_pin_get(kl_shard *s);
@@ -390,7 +438,7 @@ uint64_t kl_conn_next_due(const kl_conn *c);
  * then it closes), logged and counted. */
 bool kl_conn_lifetime_ok(kl_conn *c, uint64_t now);
 /* On the shard's thread after a reload changed the client CA
- * (s->trust_recheck): verifies every open connection again. */
+ * (s->res.trust_recheck): verifies every open connection again. */
 void kl_shard_recheck_trust(kl_shard *s);
 
 /* shard.c */

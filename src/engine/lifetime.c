@@ -68,7 +68,7 @@ static void format_time(int64_t t, char *out, size_t cap)
 /* Stops reading, answers what is in flight, then closes (conn.c). */
 static void end_trust(kl_conn *c, kl_metrics_close reason)
 {
-    kl_metrics_conn_closed(c->shard->mx, reason);
+    kl_metrics_conn_closed(c->shard->obs.mx, reason);
     kl_conn_drain(c);
 }
 
@@ -87,7 +87,7 @@ static void expire(kl_conn *c)
 static bool reverify(kl_conn *c)
 {
     kl_shard *s = c->shard;
-    c->trust_epoch = s->trust_epoch;
+    c->trust_epoch = s->res.trust_epoch;
     char why[256];
     if (kl_tls_conn_reverify(c->tls, kl_shard_tls(s), why, sizeof why))
         return true;
@@ -110,20 +110,20 @@ bool kl_conn_lifetime_ok(kl_conn *c, uint64_t now)
     /* a reload this shard has not walked its connections for yet (the
      * walk follows on the shard's wake-up): this one is checked now */
     kl_shard_sync(c->shard);
-    if (c->trust_epoch != c->shard->trust_epoch)
+    if (c->trust_epoch != c->shard->res.trust_epoch)
         return reverify(c);
     return true;
 }
 
 void kl_shard_recheck_trust(kl_shard *s)
 {
-    s->trust_recheck = false;
+    s->res.trust_recheck = false;
     size_t checked = 0, dropped = 0;
-    for (kl_conn *c = s->live, *next; c; c = next) {
+    for (kl_conn *c = s->conns.live, *next; c; c = next) {
         next = c->next; /* c may close and leave the list */
         /* handshakes still running are checked when they finish; draining
          * connections read nothing more */
-        if (c->state != KL_CONN_OPEN || c->trust_epoch == s->trust_epoch)
+        if (c->state != KL_CONN_OPEN || c->trust_epoch == s->res.trust_epoch)
             continue;
         checked++;
         if (!reverify(c))

@@ -20,7 +20,7 @@
  * every client of a storm retry after a backoff, again and again (10,000
  * edges reconnecting at once made 70,000 attempts and took 9 s). Every
  * shard's listener stops at the same global count; a shard that stopped
- * publishes that (accept_blocked) and whoever frees a slot wakes it.
+ * publishes that (accept.blocked) and whoever frees a slot wakes it.
  * A socket over its source's cap is still closed: waiting would let one
  * source's queue hold the listener, and the other sources behind it.
  *
@@ -314,10 +314,10 @@ static void note_refusal(kl_shard *s, const char *what, uint32_t cap,
 {
     /* One line per second per shard at most: the refusals of a flood are
      * counted, not logged one by one. */
-    uint64_t now = kl_loop_now(s->loop);
-    if (now - s->refusal_log_ns < REFUSAL_LOG_NS && s->refusal_log_ns)
+    uint64_t now = kl_loop_now(s->ev.loop);
+    if (now - s->logs.refusal_ns < REFUSAL_LOG_NS && s->logs.refusal_ns)
         return;
-    s->refusal_log_ns = now;
+    s->logs.refusal_ns = now;
     char from[INET6_ADDRSTRLEN + 8] = "";
     if (src) {
         memcpy(from, " for ", 5);
@@ -346,19 +346,19 @@ static void wake_waiting(kl_server *srv)
 {
     for (int i = 0; i < srv->nshards; i++) {
         kl_shard *t = &srv->shards[i];
-        if (atomic_load(&t->accept_blocked) &&
-            atomic_exchange(&t->accept_blocked, false))
-            kl_loop_wake(t->loop);
+        if (atomic_load(&t->accept.blocked) &&
+            atomic_exchange(&t->accept.blocked, false))
+            kl_loop_wake(t->ev.loop);
     }
 }
 
 void kl_limits_wait_slot(kl_shard *s)
 {
     kl_server *srv = s->srv;
-    atomic_store(&s->accept_blocked, true);
+    atomic_store(&s->accept.blocked, true);
     if (atomic_load(&srv->nhandshaking) < srv->o.max_handshaking &&
-        atomic_exchange(&s->accept_blocked, false))
-        kl_loop_wake(s->loop);
+        atomic_exchange(&s->accept.blocked, false))
+        kl_loop_wake(s->ev.loop);
 }
 
 /* keylessd_accept_pause*: the socket held at the pause is the first one
@@ -367,8 +367,8 @@ void kl_limits_wait_slot(kl_shard *s)
  * ended (shutdown) at the end of the loop turn. */
 static void note_pause(kl_shard *s, bool waits)
 {
-    if (s->mx && waits != s->listen_parked)
-        kl_metrics_accept_paused(s->mx, waits, kl_now_ns());
+    if (s->obs.mx && waits != s->accept.parked)
+        kl_metrics_accept_paused(s->obs.mx, waits, kl_now_ns());
 }
 
 static kl_admit admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
@@ -377,7 +377,7 @@ static kl_admit admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
     src->counted = false;
     if (!take(&srv->nconns, srv->o.max_connections)) {
         KL_COUNT(s->st.conn_refused);
-        kl_metrics_conn_refused(s->mx, KL_REFUSE_MAX_CONNECTIONS);
+        kl_metrics_conn_refused(s->obs.mx, KL_REFUSE_MAX_CONNECTIONS);
         note_refusal(s, "max_connections", srv->o.max_connections, NULL,
                      THEN_CLOSE);
         return KL_ADMIT_CLOSE;
@@ -395,7 +395,8 @@ static kl_admit admit(kl_shard *s, const struct sockaddr *sa, kl_src *src)
             /* another shard may have stopped on the slot held meanwhile */
             wake_waiting(srv);
             KL_COUNT(s->st.handshake_refused);
-            kl_metrics_conn_refused(s->mx, KL_REFUSE_HANDSHAKING_PER_SOURCE);
+            kl_metrics_conn_refused(s->obs.mx,
+                                    KL_REFUSE_HANDSHAKING_PER_SOURCE);
             note_refusal(s, "max_handshaking_per_source",
                          srv->o.max_handshaking_per_source, src->addr,
                          THEN_CLOSE);

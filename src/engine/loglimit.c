@@ -27,9 +27,9 @@ static kl_log_limit limits[KL_LOGSUP_KINDS] = {
 
 static void arm(kl_shard *s, uint64_t due)
 {
-    if (kl_timer_armed(&s->loglimit_timer) && s->loglimit_timer.due_ns <= due)
+    if (kl_timer_armed(&s->logs.timer) && s->logs.timer.due_ns <= due)
         return;
-    if (kl_timer_at(s->loop, &s->loglimit_timer, due) != KL_OK)
+    if (kl_timer_at(s->ev.loop, &s->logs.timer, due) != KL_OK)
         return; /* out of memory: the summary waits for the next line */
 }
 
@@ -39,11 +39,11 @@ void kl_conn_close_limited(kl_conn *c, kl_metrics_log_kind kind, int level,
     kl_shard *s = c->shard;
     uint64_t due = 0;
     if (kl_log_get_level() <= level) {
-        if (kl_log_limit_pass(&limits[kind], kl_loop_now(s->loop), &due)) {
+        if (kl_log_limit_pass(&limits[kind], kl_loop_now(s->ev.loop), &due)) {
             kl_conn_close_with(c, level, what, why);
             return;
         }
-        kl_metrics_log_suppressed(s->mx, kind);
+        kl_metrics_log_suppressed(s->obs.mx, kind);
         arm(s, due);
     }
     kl_conn_close(c);

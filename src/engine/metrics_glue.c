@@ -37,36 +37,36 @@ static kl_metrics_conn mstate(kl_conn_state st)
 void kl_conn_set_state(kl_conn *c, kl_conn_state to)
 {
     if (c->state != to)
-        kl_metrics_conn_move(c->shard->mx, mstate(c->state), mstate(to));
+        kl_metrics_conn_move(c->shard->obs.mx, mstate(c->state), mstate(to));
     c->state = to;
 }
 
 uint64_t kl_mx_now(const kl_shard *s)
 {
-    return s->mx || s->tr ? kl_now_ns() : 0;
+    return s->obs.mx || s->obs.tr ? kl_now_ns() : 0;
 }
 
 void kl_mx_request_read(kl_shard *s, uint8_t opcode)
 {
-    if (!s->mx)
+    if (!s->obs.mx)
         return;
-    kl_metrics_request(s->mx, opcode);
-    kl_metrics_inflight_add(s->mx, 1);
+    kl_metrics_request(s->obs.mx, opcode);
+    kl_metrics_inflight_add(s->obs.mx, 1);
 }
 
 void kl_mx_request_done(kl_shard *s, uint8_t opcode, uint8_t err,
                         uint64_t t0_ns, uint64_t exec_ns)
 {
-    if (!s->mx)
+    if (!s->obs.mx)
         return;
-    kl_metrics_inflight_add(s->mx, -1);
+    kl_metrics_inflight_add(s->obs.mx, -1);
     if (!t0_ns)
         return; /* read before metrics timed it: count only */
     uint64_t now = kl_now_ns(), total = now > t0_ns ? now - t0_ns : 0;
     if (exec_ns == UINT64_MAX)
         exec_ns = total;
-    kl_metrics_exec_time(s->mx, opcode, err, exec_ns);
-    kl_metrics_total_time(s->mx, opcode, err, total);
+    kl_metrics_exec_time(s->obs.mx, opcode, err, exec_ns);
+    kl_metrics_total_time(s->obs.mx, opcode, err, total);
 }
 
 void kl_mx_job_done(kl_job *job)
@@ -87,13 +87,13 @@ static void tr_job_spans(kl_shard *s, const kl_srv_job *j);
 void kl_mx_job_complete(kl_shard *s, const kl_srv_job *j)
 {
     /* j->trace is written only with tracing on (kl_tr_job_attach) */
-    if (s->tr && j->trace.sampled)
+    if (s->obs.tr && j->trace.sampled)
         tr_job_spans(s, j);
-    if (!s->mx || !j->t0_ns || !j->done_ns) {
+    if (!s->obs.mx || !j->t0_ns || !j->done_ns) {
         kl_mx_request_done(s, j->job.opcode, j->job.err, 0, 0);
         return;
     }
-    kl_metrics_queue_wait(s->mx, (int)kl_crypto_cost_class(j->job.key),
+    kl_metrics_queue_wait(s->obs.mx, (int)kl_crypto_cost_class(j->job.key),
                           j->start_ns - j->t0_ns);
     kl_mx_request_done(s, j->job.opcode, j->job.err, j->t0_ns,
                        j->done_ns - j->start_ns);
@@ -101,7 +101,7 @@ void kl_mx_job_complete(kl_shard *s, const kl_srv_job *j)
 
 void kl_mx_handshake_failed(kl_shard *s, int reason, const char *tls_error)
 {
-    if (!s->mx)
+    if (!s->obs.mx)
         return;
     if (reason < 0) {
         /* OpenSSL's reasons for a refused or missing peer certificate all
@@ -111,36 +111,37 @@ void kl_mx_handshake_failed(kl_shard *s, int reason, const char *tls_error)
                      ? KL_HS_FAIL_CERT
                      : KL_HS_FAIL_PROTOCOL;
     }
-    kl_metrics_handshake_failed(s->mx, (kl_metrics_hs_fail)reason);
+    kl_metrics_handshake_failed(s->obs.mx, (kl_metrics_hs_fail)reason);
 }
 
 void kl_mx_loop_turn(kl_shard *s)
 {
-    if (!s->mx)
+    if (!s->obs.mx)
         return;
-    uint64_t busy = kl_loop_busy_ns(s->loop);
-    if (busy > s->busy_reported) {
-        kl_metrics_loop_busy(s->mx, busy - s->busy_reported);
-        s->busy_reported = busy;
+    uint64_t busy = kl_loop_busy_ns(s->ev.loop);
+    if (busy > s->obs.busy_reported) {
+        kl_metrics_loop_busy(s->obs.mx, busy - s->obs.busy_reported);
+        s->obs.busy_reported = busy;
     }
     /* Back-pressure (docs/METRICS.md): the shard's buffered bytes and read
      * pauses as they stand after this turn - the value an idle shard keeps
      * until its next turn. A few loads and, when something changed, a
      * store to the shard's own slot. */
-    kl_metrics_set_buffered(s->mx, s->held,
+    kl_metrics_set_buffered(s->obs.mx, s->budget.held,
                             s->srv->o.max_buffered / (size_t)s->srv->nshards);
     kl_metrics_set_read_pauses(
-        s->mx, atomic_load_explicit(&s->st.read_pauses, memory_order_relaxed));
+        s->obs.mx,
+        atomic_load_explicit(&s->st.read_pauses, memory_order_relaxed));
     /* an accept pause that ended without a socket admitted: the listener
      * closed at shutdown (limits.c note_pause ends the others) */
-    if (!s->listen_parked && kl_metrics_accept_is_paused(s->mx))
-        kl_metrics_accept_paused(s->mx, false, kl_now_ns());
+    if (!s->accept.parked && kl_metrics_accept_is_paused(s->obs.mx))
+        kl_metrics_accept_paused(s->obs.mx, false, kl_now_ns());
 }
 
 void kl_mx_peer_cert(kl_conn *c)
 {
     kl_server *srv = c->shard->srv;
-    if (!c->shard->mx)
+    if (!c->shard->obs.mx)
         return;
     /* certificate_expiration_timestamp_seconds for the client's
      * certificate, as the reference records it on each accepted
@@ -162,21 +163,22 @@ void kl_mx_peer_cert(kl_conn *c)
     free(der);
 }
 
-void kl_mx_key_lookup(kl_shard *s, uint64_t tk, const uint8_t *ski, bool found)
+void kl_mx_key_lookup(kl_shard *s, const kl_req_trace *rt, uint64_t tk,
+                      const uint8_t *ski, bool found)
 {
     if (!tk)
         return;
     uint64_t now = kl_now_ns();
     /* keyless_key_load_duration: signing and decrypting ops */
-    if (s->mx)
-        kl_metrics_key_load_time(s->mx, now - tk);
-    if (!s->tr_cur.sampled)
+    if (s->obs.mx)
+        kl_metrics_key_load_time(s->obs.mx, now - tk);
+    if (!rt->ref.sampled)
         return;
     kl_span sp;
     memset(&sp, 0, sizeof sp);
-    memcpy(sp.trace_id, s->tr_cur.trace_id, 16);
-    sp.span_id = kl_trace_ring_new_id(s->tr);
-    sp.parent_id = s->tr_cur.span_id;
+    memcpy(sp.trace_id, rt->ref.trace_id, 16);
+    sp.span_id = kl_trace_ring_new_id(s->obs.tr);
+    sp.parent_id = rt->ref.span_id;
     sp.name = "keyless.key_lookup";
     sp.kind = KL_SPAN_INTERNAL;
     sp.start_ns = tk;
@@ -185,16 +187,17 @@ void kl_mx_key_lookup(kl_shard *s, uint64_t tk, const uint8_t *ski, bool found)
     kl_trace_hex(ski, KL_SKI_LEN, hex);
     kl_span_attr_str(&sp, "keyless.ski", hex);
     kl_span_attr_bool(&sp, "keyless.key_found", found);
-    kl_trace_ring_emit(s->tr, &sp);
+    kl_trace_ring_emit(s->obs.tr, &sp);
 }
 
 /* ---- tracing (docs/TRACING.md) ------------------------------------------
  * A request's spans: the server span (read -> answer queued), and as its
  * children the key lookup, then either the queue wait and the execution
  * (a crypto job) or the route (a forwarded request; routed.c, whose
- * attempts the router adds). The shard's current request (s->tr_cur) lives
- * from kl_tr_request_read to kl_tr_request_end, inside one call of
- * kl_conn_handle_request; a job or a forwarded request takes a copy. */
+ * attempts the router adds). The request's trace state (kl_req_trace)
+ * lives from kl_tr_request_read to kl_tr_request_end, inside one call of
+ * kl_conn_handle_request, which holds it; a job or a forwarded request
+ * takes a copy. */
 
 static void tr_span(kl_span *sp, const kl_trace_ref *ref, const char *name,
                     uint8_t kind, uint64_t start, uint64_t end)
@@ -227,30 +230,30 @@ static void tr_server_span(kl_shard *s, const kl_conn *c,
         sp.error = true;
         snprintf(sp.status_msg, sizeof sp.status_msg, "%s", kl_err_text(err));
     }
-    kl_trace_ring_emit(s->tr, &sp);
+    kl_trace_ring_emit(s->obs.tr, &sp);
 }
 
-void kl_tr_request_read_(kl_conn *c, const kl_request *req,
+void kl_tr_request_read_(kl_conn *c, kl_req_trace *rt, const kl_request *req,
                          const kl_req_context *ctx, uint64_t t0_ns)
 {
     kl_shard *s = c->shard;
     bool bad;
-    kl_trace_ref_start(s->tr, req->span_context.ptr, req->span_context.len,
-                       &s->tr_cur, &bad);
+    kl_trace_ref_start(s->obs.tr, req->span_context.ptr, req->span_context.len,
+                       &rt->ref, &bad);
     if (bad) /* protocol P3: a bad value is logged and ignored */
         kl_debug("connection %s (client %s): request %u: span context "
                  "(tag 0x15) is neither Jaeger form; ignored",
                  c->addr, kl_conn_peer_label(c), req->hdr.id);
-    s->tr_cur.opcode = req->opcode;
-    s->tr_t0 = t0_ns;
-    s->tr_rid[0] = 0;
-    if (s->tr_cur.sampled && ctx && ctx->request_id[0])
-        snprintf(s->tr_rid, sizeof s->tr_rid, "%s", ctx->request_id);
+    rt->ref.opcode = req->opcode;
+    rt->t0 = t0_ns;
+    rt->rid[0] = 0;
+    if (rt->ref.sampled && ctx && ctx->request_id[0])
+        snprintf(rt->rid, sizeof rt->rid, "%s", ctx->request_id);
 }
 
-void kl_tr_job_attach_(kl_shard *s, kl_srv_job *j)
+void kl_tr_job_attach_(kl_shard *s, const kl_req_trace *rt, kl_srv_job *j)
 {
-    j->trace = s->tr_cur;
+    j->trace = rt->ref;
     if (!j->trace.sampled)
         return;
     j->queued_ns = kl_now_ns();
@@ -260,13 +263,11 @@ void kl_tr_job_attach_(kl_shard *s, kl_srv_job *j)
         j->job.done = kl_mx_job_done;
 }
 
-void kl_tr_request_end_(kl_conn *c, int err)
+void kl_tr_request_end_(kl_conn *c, const kl_req_trace *rt, int err)
 {
-    kl_shard *s = c->shard;
-    if (s->tr_cur.sampled && err >= 0)
-        tr_server_span(s, c, &s->tr_cur, s->tr_cur.opcode, (uint8_t)err,
-                       s->tr_t0, s->tr_rid);
-    s->tr_cur.sampled = false;
+    if (rt->ref.sampled && err >= 0)
+        tr_server_span(c->shard, c, &rt->ref, rt->ref.opcode, (uint8_t)err,
+                       rt->t0, rt->rid);
 }
 
 static void tr_job_spans(kl_shard *s, const kl_srv_job *j)
@@ -283,14 +284,14 @@ static void tr_job_spans(kl_shard *s, const kl_srv_job *j)
         done = start;
     kl_span sp;
     tr_span(&sp, ref, "keyless.queue_wait", KL_SPAN_INTERNAL, queued, start);
-    sp.span_id = kl_trace_ring_new_id(s->tr);
+    sp.span_id = kl_trace_ring_new_id(s->obs.tr);
     sp.parent_id = ref->span_id;
     kl_span_attr_int(&sp, "keyless.cost_class",
                      (int64_t)kl_crypto_cost_class(j->job.key));
-    kl_trace_ring_emit(s->tr, &sp);
+    kl_trace_ring_emit(s->obs.tr, &sp);
     if (j->job.started_ns) {
         tr_span(&sp, ref, "keyless.execute", KL_SPAN_INTERNAL, start, done);
-        sp.span_id = kl_trace_ring_new_id(s->tr);
+        sp.span_id = kl_trace_ring_new_id(s->obs.tr);
         sp.parent_id = ref->span_id;
         kl_span_attr_str(&sp, "keyless.opcode", kl_op_name(j->job.opcode));
         kl_span_attr_str(&sp, "keyless.error", kl_err_text(j->job.err));
@@ -299,7 +300,7 @@ static void tr_job_spans(kl_shard *s, const kl_srv_job *j)
             snprintf(sp.status_msg, sizeof sp.status_msg, "%s",
                      kl_err_text(j->job.err));
         }
-        kl_trace_ring_emit(s->tr, &sp);
+        kl_trace_ring_emit(s->obs.tr, &sp);
     }
     tr_server_span(s, j->conn, ref, j->job.opcode, j->job.err, j->t0_ns,
                    j->request_id);
@@ -320,6 +321,6 @@ void kl_tr_routed_spans(kl_shard *s, const kl_conn *c, const kl_trace_ref *ref,
         sp.error = true;
         snprintf(sp.status_msg, sizeof sp.status_msg, "%s", kl_err_text(err));
     }
-    kl_trace_ring_emit(s->tr, &sp);
+    kl_trace_ring_emit(s->obs.tr, &sp);
     tr_server_span(s, c, ref, opcode, err, t0, rid);
 }

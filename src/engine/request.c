@@ -22,19 +22,19 @@
  * line logged. Successful requests log nothing above debug. */
 static bool may_log(kl_shard *s, uint32_t *suppressed)
 {
-    uint64_t now = kl_loop_now(s->loop);
+    uint64_t now = kl_loop_now(s->ev.loop);
     *suppressed = 0;
-    if (now - s->log_window_ns >= 1000000000ull) {
-        *suppressed = s->log_suppressed;
-        s->log_window_ns = now;
-        s->log_lines = 0;
-        s->log_suppressed = 0;
+    if (now - s->logs.window_ns >= 1000000000ull) {
+        *suppressed = s->logs.suppressed;
+        s->logs.window_ns = now;
+        s->logs.lines = 0;
+        s->logs.suppressed = 0;
     }
-    if (s->log_lines < ERROR_LINES_PER_SEC) {
-        s->log_lines++;
+    if (s->logs.lines < ERROR_LINES_PER_SEC) {
+        s->logs.lines++;
         return true;
     }
-    s->log_suppressed++;
+    s->logs.suppressed++;
     return false;
 }
 
@@ -102,7 +102,7 @@ void kl_conn_complete(kl_conn *c, kl_srv_job *j)
     if (j->job.err != KL_ERR_NONE) {
         if (j->job.err == KL_ERR_INTERNAL) {
             KL_COUNT(s->st.shed); /* deadline passed before it ran */
-            kl_metrics_shed(s->mx, KL_SHED_DEADLINE);
+            kl_metrics_shed(s->obs.mx, KL_SHED_DEADLINE);
         }
         answer_error(c, j->id, j->job.err, j->request_id,
                      kl_op_name(j->job.opcode));
@@ -156,7 +156,8 @@ static bool run_inline(const kl_shard *s, const kl_srv_job *j)
 }
 
 static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
-                  const kl_req_context *ctx, uint64_t t0_ns)
+                  const kl_req_context *ctx, const kl_req_trace *rt,
+                  uint64_t t0_ns)
 {
     kl_shard *s = c->shard;
     kl_server *srv = s->srv;
@@ -170,6 +171,7 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
         return KL_ERR_INTERNAL;
     }
     memset(&j->job, 0, sizeof j->job);
+    j->job.kind = KL_JOB_KEY_OP;
     if (plen)
         memcpy(j->data, req->payload.ptr, plen);
     j->job.key = key;
@@ -191,7 +193,7 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
     }
     /* P9 deadline_ms, and the configured cap on queueing time: past
      * either, the pool answers `internal error` without doing the work. */
-    uint64_t now = kl_loop_now(s->loop), deadline = 0;
+    uint64_t now = kl_loop_now(s->ev.loop), deadline = 0;
     if (ctx && ctx->has_deadline)
         deadline = now + (uint64_t)ctx->deadline_ms * 1000000u;
     if (srv->o.max_queue_time_ns &&
@@ -204,9 +206,9 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
     j->job.abandoned = &c->gone; /* c lives until this job came back */
     j->t0_ns = t0_ns;
     j->start_ns = j->done_ns = 0;
-    if (s->mx)
+    if (s->obs.mx)
         j->job.done = kl_mx_job_done; /* notes when it ran */
-    kl_tr_job_attach(s, j);
+    kl_tr_job_attach(s, rt, j);
     /* admission control (P6 shedding): a request that the queue
      * ahead of it would keep past its deadline gets its error now, before
      * it costs a queue slot and a worker's wake-up. One run inline waits in
@@ -218,7 +220,7 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
         kl_pin_put(s, j->pin);
         free(j);
         KL_COUNT(s->st.shed);
-        kl_metrics_shed(s->mx, KL_SHED_DEADLINE);
+        kl_metrics_shed(s->obs.mx, KL_SHED_DEADLINE);
         answer_error(c, id, KL_ERR_INTERNAL, rid,
                      "would miss its deadline in the queue");
         return KL_ERR_INTERNAL;
@@ -227,7 +229,7 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
     c->inflight++;
     atomic_fetch_add(&srv->inflight, 1);
     j->held = sizeof *j + plen + outcap + ridlen;
-    s->held += j->held;
+    s->budget.held += j->held;
     if (here) {
         /* no queue: wait 0, exec = the crypto (metrics); the
          * pool's rules still apply (P6: past its deadline, no crypto) */
@@ -236,11 +238,11 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
             j->start_ns = j->t0_ns;
             j->done_ns = kl_now_ns();
         }
-        s->inlined++;
+        s->budget.inlined++;
         kl_shard_finish_job(s, j);
         return DEFERRED;
     }
-    s->pooled++;
+    s->budget.pooled++;
     if (kl_pool_submit(srv->o.pool, &j->job) != KL_OK) {
         /* P6 shedding: the class queue is full; answer fast. */
         c->inflight--;
@@ -249,7 +251,7 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
         kl_pin_put(s, j->pin);
         free(j);
         KL_COUNT(s->st.shed);
-        kl_metrics_shed(s->mx, KL_SHED_QUEUE_FULL);
+        kl_metrics_shed(s->obs.mx, KL_SHED_QUEUE_FULL);
         answer_error(c, id, KL_ERR_INTERNAL, rid, "work queue full");
         return KL_ERR_INTERNAL;
     }
@@ -258,10 +260,11 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
 
 /* *parsed: the request parsed (and was counted by opcode, *opcode). */
 static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
-                  size_t len, uint64_t t0_ns, bool *parsed, uint8_t *opcode)
+                  size_t len, uint64_t t0_ns, kl_req_trace *rt, bool *parsed,
+                  uint8_t *opcode)
 {
     kl_shard *s = c->shard;
-    c->last_req_ns = kl_loop_now(s->loop);
+    c->last_req_ns = kl_loop_now(s->ev.loop);
     /* P2: versions are not checked; count and note the first. */
     if (hdr->major != KL_VERSION_MAJOR) {
         KL_COUNT(s->st.version_mismatch);
@@ -296,7 +299,7 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
     }
     const char *rid = pctx && pctx->request_id[0] ? pctx->request_id : NULL;
     if (st == KL_OK) /* tag 0x15, sampling */
-        kl_tr_request_read(c, &req, pctx, t0_ns);
+        kl_tr_request_read(c, rt, &req, pctx, t0_ns);
     kl_disp d = kl_dispatch_decide(st, &req);
     switch (d.kind) {
     case KL_DISP_ERROR:
@@ -317,11 +320,11 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
         uint64_t tk = kl_mx_now(s);
         const kl_key *key = kl_keystore_find(kl_shard_keys(s), req.ski);
         /* keyless_key_load_duration, and the key-lookup span */
-        kl_mx_key_lookup(s, tk, req.ski, key != NULL);
+        kl_mx_key_lookup(s, rt, tk, req.ski, key != NULL);
         /* a key held elsewhere is forwarded (routed.c) */
         if (!key && s->srv->o.router &&
             kl_router_has_key(s->srv->o.router, req.ski)) {
-            int err = kl_routed_submit(c, &req, pctx, t0_ns);
+            int err = kl_routed_submit(c, &req, pctx, rt, t0_ns);
             return err == KL_ROUTED_LATER ? DEFERRED : err;
         }
         /* a key the access lists refuse this client is answered
@@ -339,7 +342,7 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
             return KL_ERR_KEY_NOT_FOUND;
         }
         /* not submitted: answered at once (shed, out of memory) */
-        return submit(c, &req, key, pctx, t0_ns);
+        return submit(c, &req, key, pctx, rt, t0_ns);
     }
     }
     return KL_ERR_INTERNAL;
@@ -353,9 +356,11 @@ void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
     uint64_t t0 = kl_mx_now(s); /* 0: metrics off */
     bool parsed;
     uint8_t opcode;
-    int err = handle(c, hdr, body, len, t0, &parsed, &opcode);
+    kl_req_trace rt; /* the request's trace state (kl_tr_request_read) */
+    rt.ref.sampled = false;
+    int err = handle(c, hdr, body, len, t0, &rt, &parsed, &opcode);
     /* answered at once: exec = total */
     if (err != DEFERRED && parsed)
         kl_mx_request_done(s, opcode, (uint8_t)err, t0, UINT64_MAX);
-    kl_tr_request_end(c, err); /* DEFERRED: its job ends the span */
+    kl_tr_request_end(c, &rt, err); /* DEFERRED: its job ends the span */
 }

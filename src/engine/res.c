@@ -66,7 +66,7 @@ static void pin_drop(kl_shard *s, kl_pin *p)
 {
     if (--p->users > 0)
         return;
-    for (kl_pin **pp = &s->old_keys; *pp; pp = &(*pp)->next)
+    for (kl_pin **pp = &s->res.old_keys; *pp; pp = &(*pp)->next)
         if (*pp == p) {
             *pp = p->next;
             break;
@@ -78,7 +78,7 @@ static void pin_drop(kl_shard *s, kl_pin *p)
 void kl_shard_sync(kl_shard *s)
 {
     kl_server *srv = s->srv;
-    if (atomic_load_explicit(&srv->gen, memory_order_acquire) == s->gen)
+    if (atomic_load_explicit(&srv->gen, memory_order_acquire) == s->res.gen)
         return;
     kl_pin *fresh = calloc(1, sizeof *fresh);
     if (!fresh)
@@ -87,40 +87,40 @@ void kl_shard_sync(kl_shard *s)
     kl_res *keys = srv->keys_res, *tls = srv->tls_res;
     res_ref(keys);
     res_ref(tls);
-    s->gen = atomic_load_explicit(&srv->gen, memory_order_relaxed);
+    s->res.gen = atomic_load_explicit(&srv->gen, memory_order_relaxed);
     pthread_mutex_unlock(&srv->res_mu);
 
-    if (s->keys && s->keys->res == keys) {
+    if (s->res.keys && s->res.keys->res == keys) {
         kl_res_release(keys); /* the same store: keep the pin */
         free(fresh);
     } else {
         fresh->res = keys;
         fresh->users = 1;
-        kl_pin *old = s->keys;
-        s->keys = fresh;
+        kl_pin *old = s->res.keys;
+        s->res.keys = fresh;
         if (old) {
-            old->next = s->old_keys;
-            s->old_keys = old;
+            old->next = s->res.old_keys;
+            s->res.old_keys = old;
             pin_drop(s, old); /* freed now unless jobs still use it */
         }
     }
-    kl_res *old_tls = s->tls;
-    s->tls = tls;
+    kl_res *old_tls = s->res.tls;
+    s->res.tls = tls;
     /* docs/SECURITY.md "Revocation and expiry": other client CAs (or
      * CRLs) than before, so the open connections are verified again -
      * on this thread, from on_wake (kl_shard_recheck_trust) */
     if (old_tls && old_tls != tls &&
         !kl_tls_ctx_same_trust(old_tls->obj, tls->obj)) {
-        s->trust_epoch++;
-        s->trust_recheck = true;
+        s->res.trust_epoch++;
+        s->res.trust_recheck = true;
     }
     kl_res_release(old_tls);
 }
 
 kl_pin *kl_pin_get(kl_shard *s)
 {
-    s->keys->users++;
-    return s->keys;
+    s->res.keys->users++;
+    return s->res.keys;
 }
 
 void kl_pin_put(kl_shard *s, kl_pin *p)
@@ -133,19 +133,19 @@ void kl_shard_release_res(kl_shard *s)
 {
     /* Only once no job is left: kl_shard_destroy runs after the pool
      * stopped and every job came back. */
-    while (s->old_keys) {
-        kl_pin *p = s->old_keys;
-        s->old_keys = p->next;
+    while (s->res.old_keys) {
+        kl_pin *p = s->res.old_keys;
+        s->res.old_keys = p->next;
         kl_res_release(p->res);
         free(p);
     }
-    if (s->keys) {
-        kl_res_release(s->keys->res);
-        free(s->keys);
-        s->keys = NULL;
+    if (s->res.keys) {
+        kl_res_release(s->res.keys->res);
+        free(s->res.keys);
+        s->res.keys = NULL;
     }
-    kl_res_release(s->tls);
-    s->tls = NULL;
+    kl_res_release(s->res.tls);
+    s->res.tls = NULL;
 }
 
 void kl_res_free_keystore(void *obj)
@@ -188,7 +188,7 @@ kl_status kl_server_swap(kl_server *srv, kl_keystore *keys, kl_tls_ctx *tls)
     kl_res_release(old_t);
     /* Idle shards switch now and drop what they held. */
     for (int i = 0; i < srv->nshards; i++)
-        kl_loop_wake(srv->shards[i].loop);
+        kl_loop_wake(srv->shards[i].ev.loop);
     return KL_OK;
 }
 

@@ -15,9 +15,9 @@
  *
  * Cancel. kl_router_cancel may be called only before the done callback
  * returned (the router frees its request right after). `finished` is set
- * by the callback under the shard's done_mu, and the shard cancels only
+ * by the callback under the shard's done.mu, and the shard cancels only
  * under the same lock after seeing it unset: the callback cannot have
- * returned meanwhile. Lock order: done_mu, then the router's own locks;
+ * returned meanwhile. Lock order: done.mu, then the router's own locks;
  * the router calls done holding none of them. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +28,12 @@
 #include "engine/internal.h"
 
 struct kl_srv_rjob {
-    kl_job job; /* first (the queue's type): owner = the shard, key = NULL,
-                   err and out/out_len = the answer */
+    kl_job job; /* first (the queue's type): kind = KL_JOB_ROUTED, owner =
+                   the shard, key = NULL, err and out/out_len = the answer */
     kl_conn *conn;
     kl_srv_rjob *prev, *next; /* the connection's forwarded requests */
     kl_route_handle h;
-    bool finished; /* done ran; guarded by the shard's done_mu */
+    bool finished; /* done ran; guarded by the shard's done.mu */
     uint32_t id;
     uint64_t t0_ns;      /* read (kl_now_ns), 0 with metrics off */
     uint64_t sent_ns;    /* handed to the router */
@@ -77,15 +77,15 @@ static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
         }
     }
     kl_shard *s = rj->job.owner;
-    pthread_mutex_lock(&s->done_mu);
+    pthread_mutex_lock(&s->done.mu);
     rj->finished = true;
-    bool was_empty = s->rdone_head == NULL;
-    rj->job.next = s->rdone_head;
-    s->rdone_head = &rj->job;
-    pthread_mutex_unlock(&s->done_mu);
+    bool was_empty = s->done.routed == NULL;
+    rj->job.next = s->done.routed;
+    s->done.routed = &rj->job;
+    pthread_mutex_unlock(&s->done.mu);
     /* the wake-up is the router's batch flush (kl_shard_routed_flush) */
     if (was_empty)
-        atomic_store(&s->rdone_wake, true);
+        atomic_store(&s->done.routed_wake, true);
 }
 
 /* Access lists for keys held elsewhere
@@ -95,7 +95,8 @@ static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
  * leaves this server). Here the key exists only as its SKI, which is what
  * kl_acl_allows_ski judges (`ski:` and "*" rules can name it). */
 int kl_routed_submit(kl_conn *c, const kl_request *req,
-                     const kl_req_context *ctx, uint64_t t0_ns)
+                     const kl_req_context *ctx, const kl_req_trace *rt,
+                     uint64_t t0_ns)
 {
     kl_shard *s = c->shard;
     kl_server *srv = s->srv;
@@ -116,6 +117,7 @@ int kl_routed_submit(kl_conn *c, const kl_request *req,
                              "out of memory forwarding");
         return KL_ERR_INTERNAL;
     }
+    rj->job.kind = KL_JOB_ROUTED; /* its key is elsewhere: job.key NULL */
     rj->job.owner = s;
     rj->job.opcode = req->opcode;
     rj->conn = c;
@@ -138,9 +140,9 @@ int kl_routed_submit(kl_conn *c, const kl_request *req,
      * context naming its route span; the router rewrites it per attempt */
     kl_request traced;
     uint8_t sc[KL_SPANCTX_BINARY_LEN];
-    if (s->tr && s->tr_cur.sampled) { /* rj->trace stays zero otherwise */
-        rj->trace = s->tr_cur;
-        rj->route_span = kl_trace_ring_new_id(s->tr);
+    if (s->obs.tr && rt->ref.sampled) { /* rj->trace stays zero otherwise */
+        rj->trace = rt->ref;
+        rj->route_span = kl_trace_ring_new_id(s->obs.tr);
         kl_spanctx_write_binary(sc, rj->trace.trace_id, rj->route_span,
                                 rj->trace.span_id, KL_TRACE_FLAG_SAMPLED);
         traced = *req;
@@ -225,13 +227,13 @@ void kl_routed_cancel_all(kl_conn *c)
         return;
     kl_shard *s = c->shard;
     size_t n = 0;
-    pthread_mutex_lock(&s->done_mu);
+    pthread_mutex_lock(&s->done.mu);
     for (kl_srv_rjob *rj = c->routed; rj; rj = rj->next)
         if (!rj->finished) {
             kl_router_cancel(s->srv->o.router, &rj->h);
             n++;
         }
-    pthread_mutex_unlock(&s->done_mu);
+    pthread_mutex_unlock(&s->done.mu);
     if (n)
         kl_debug("connection %s (client %s): closed with %zu forwarded "
                  "request(s) in flight; cancelled",

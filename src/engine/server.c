@@ -263,15 +263,15 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
             return NULL;
         }
         srv->nshards++;
-        s->listen_fd = listen_on(srv->listen_address, srv->port, o->share_port,
+        s->accept.fd = listen_on(srv->listen_address, srv->port, o->share_port,
                                  err, errlen);
-        if (s->listen_fd < 0) {
+        if (s->accept.fd < 0) {
             kl_server_free(srv);
             return NULL;
         }
         /* With port 0 the first shard picks; the others join it. */
         if (srv->port == 0)
-            srv->port = bound_port(s->listen_fd);
+            srv->port = bound_port(s->accept.fd);
     }
     /* forwarded answers wake the shards in the router's batches
      * (the router is freed before the server: server.h) */
@@ -298,12 +298,12 @@ kl_status kl_server_start(kl_server *srv)
 {
     for (int i = 0; i < srv->nshards; i++) {
         kl_shard *s = &srv->shards[i];
-        if (pthread_create(&s->thread, NULL, kl_shard_main, s) != 0) {
+        if (pthread_create(&s->ev.thread, NULL, kl_shard_main, s) != 0) {
             kl_error("cannot start shard thread %d: %s", i, strerror(errno));
             kl_server_shutdown(srv);
             return KL_E_INTERNAL;
         }
-        s->started = true;
+        s->ev.started = true;
     }
     return KL_OK;
 }
@@ -312,16 +312,16 @@ void kl_server_shutdown(kl_server *srv)
 {
     atomic_store(&srv->stopping, true);
     for (int i = 0; i < srv->nshards; i++)
-        kl_loop_wake(srv->shards[i].loop);
+        kl_loop_wake(srv->shards[i].ev.loop);
 }
 
 void kl_server_wait(kl_server *srv)
 {
     for (int i = 0; i < srv->nshards; i++) {
         kl_shard *s = &srv->shards[i];
-        if (s->started) {
-            pthread_join(s->thread, NULL);
-            s->started = false;
+        if (s->ev.started) {
+            pthread_join(s->ev.thread, NULL);
+            s->ev.started = false;
         }
     }
 }

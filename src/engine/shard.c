@@ -27,8 +27,8 @@ void kl_shard_mark_ready(kl_shard *s, kl_conn *c)
     if (c->on_ready || c->state == KL_CONN_CLOSED)
         return;
     c->on_ready = true;
-    c->ready_next = s->ready;
-    s->ready = c;
+    c->ready_next = s->conns.ready;
+    s->conns.ready = c;
 }
 
 void kl_shard_mark_dirty(kl_shard *s, kl_conn *c)
@@ -36,8 +36,8 @@ void kl_shard_mark_dirty(kl_shard *s, kl_conn *c)
     if (c->on_dirty || c->state == KL_CONN_CLOSED)
         return;
     c->on_dirty = true;
-    c->dirty_next = s->dirty;
-    s->dirty = c;
+    c->dirty_next = s->conns.dirty;
+    s->conns.dirty = c;
 }
 
 static void wake_loop(void *loop)
@@ -50,11 +50,11 @@ void kl_shard_job_done(kl_job *job)
     kl_shard *s = job->owner;
     /* read before the push: from there on the job is the shard's */
     bool rsa = kl_crypto_cost_class(job->key) == KL_COST_SLOW;
-    pthread_mutex_lock(&s->done_mu);
-    bool was_empty = s->done_head == NULL;
-    job->next = s->done_head;
-    s->done_head = job;
-    pthread_mutex_unlock(&s->done_mu);
+    pthread_mutex_lock(&s->done.mu);
+    bool was_empty = s->done.head == NULL;
+    job->next = s->done.head;
+    s->done.head = job;
+    pthread_mutex_unlock(&s->done.mu);
     /* The shard takes the whole list at once, so a completion onto a
      * non-empty list has a wake-up on its way. But a pool worker may hold
      * that wake-up while it runs more jobs (kl_pool_defer_wake: at
@@ -64,8 +64,8 @@ void kl_shard_job_done(kl_job *job)
      * worker's batch (asking costs two atomics while the shard is awake or
      * an eventfd write is pending, loop.c). RSA jobs do not: asking for
      * every one doubled the wake-ups at RSA saturation (docs/DESIGN.md). */
-    if ((was_empty || !rsa) && !kl_pool_defer_wake(wake_loop, s->loop))
-        kl_loop_wake(s->loop);
+    if ((was_empty || !rsa) && !kl_pool_defer_wake(wake_loop, s->ev.loop))
+        kl_loop_wake(s->ev.loop);
 }
 
 /* Sampled access lines (docs/OPERATIONS.md "Logs"): one info line for a
@@ -126,17 +126,17 @@ static bool cpu_to_spare(const kl_shard *s)
     const kl_server *srv = s->srv;
     int awake = 0;
     for (int i = 0; i < srv->nshards && awake < srv->ncpus; i++)
-        awake += kl_loop_awake(srv->shards[i].loop);
+        awake += kl_loop_awake(srv->shards[i].ev.loop);
     return awake < srv->ncpus;
 }
 
 bool kl_shard_may_inline(const kl_shard *s)
 {
-    if (!s->inline_ns)
+    if (!s->budget.inline_ns)
         return false;
     /* the turn's clock is read when epoll_wait returns: the budget covers
      * everything the turn runs, the before-sleep reads included */
-    if (kl_now_ns() - kl_loop_now(s->loop) < s->inline_ns)
+    if (kl_now_ns() - kl_loop_now(s->ev.loop) < s->budget.inline_ns)
         return true;
     /* Past it, the pool takes the rest only if a CPU is free to run it:
      * with every CPU busy a hand-off moves the work to the same CPUs and
@@ -149,16 +149,16 @@ void kl_shard_routed_flush(void *arg)
 {
     kl_server *srv = arg;
     for (int i = 0; i < srv->nshards; i++)
-        if (atomic_exchange(&srv->shards[i].rdone_wake, false))
-            kl_loop_wake(srv->shards[i].loop);
+        if (atomic_exchange(&srv->shards[i].done.routed_wake, false))
+            kl_loop_wake(srv->shards[i].ev.loop);
 }
 
 static kl_job *take_done(kl_shard *s)
 {
-    pthread_mutex_lock(&s->done_mu);
-    kl_job *list = s->done_head, *routed = s->rdone_head;
-    s->done_head = s->rdone_head = NULL;
-    pthread_mutex_unlock(&s->done_mu);
+    pthread_mutex_lock(&s->done.mu);
+    kl_job *list = s->done.head, *routed = s->done.routed;
+    s->done.head = s->done.routed = NULL;
+    pthread_mutex_unlock(&s->done.mu);
     if (routed) { /* both lists newest first: forwarded answers go last */
         kl_job *tail = routed;
         while (tail->next)
@@ -184,18 +184,18 @@ static void wake_blocked_shards(kl_shard *self)
         return;
     for (int i = 0; i < srv->nshards; i++) {
         kl_shard *t = &srv->shards[i];
-        if (t != self && atomic_exchange(&t->global_blocked, false))
-            kl_loop_wake(t->loop);
+        if (t != self && atomic_exchange(&t->conns.global_blocked, false))
+            kl_loop_wake(t->ev.loop);
     }
 }
 
 static void resume_paused(kl_shard *s)
 {
-    if (!s->paused_global)
+    if (!s->conns.paused_global)
         return;
-    s->paused_global = false;
-    atomic_store(&s->global_blocked, false);
-    for (kl_conn *c = s->live; c; c = c->next)
+    s->conns.paused_global = false;
+    atomic_store(&s->conns.global_blocked, false);
+    for (kl_conn *c = s->conns.live; c; c = c->next)
         if (c->paused)
             kl_conn_update_interest(c); /* sets paused_global again if
                                             still at the cap */
@@ -203,19 +203,19 @@ static void resume_paused(kl_shard *s)
 
 static void close_listener(kl_shard *s)
 {
-    if (s->listen_fd < 0)
+    if (s->accept.fd < 0)
         return;
-    if (s->held_fd >= 0)
-        close(s->held_fd); /* a client waiting for a handshake slot */
-    s->held_fd = -1;
-    s->listen_parked = false;
+    if (s->accept.held_fd >= 0)
+        close(s->accept.held_fd); /* a client waiting for a handshake slot */
+    s->accept.held_fd = -1;
+    s->accept.parked = false;
     /* nobody may wake this loop for accepting any more: it may be freed
      * (kl_shard_destroy) while other shards still close connections */
-    atomic_store(&s->accept_blocked, false);
-    kl_watch_stop(s->loop, &s->listen_watch);
-    kl_timer_stop(s->loop, &s->accept_retry);
-    close(s->listen_fd);
-    s->listen_fd = -1;
+    atomic_store(&s->accept.blocked, false);
+    kl_watch_stop(s->ev.loop, &s->accept.watch);
+    kl_timer_stop(s->ev.loop, &s->accept.retry);
+    close(s->accept.fd);
+    s->accept.fd = -1;
 }
 
 /* accept back-pressure: max_handshaking is reached. The socket
@@ -225,36 +225,37 @@ static void close_listener(kl_shard *s)
 static void park_listener(kl_shard *s, int fd,
                           const struct sockaddr_storage *ss)
 {
-    s->held_fd = fd;
-    s->held_sa = *ss;
-    s->listen_parked = true;
-    if (kl_watch_set(s->loop, &s->listen_watch, 0) != KL_OK)
+    s->accept.held_fd = fd;
+    s->accept.held_sa = *ss;
+    s->accept.parked = true;
+    if (kl_watch_set(s->ev.loop, &s->accept.watch, 0) != KL_OK)
         kl_error("shard %d: cannot pause accepting", s->index);
     kl_limits_wait_slot(s);
 }
 
 static void resume_accepting(kl_shard *s)
 {
-    if (!s->listen_parked || s->listen_fd < 0)
+    if (!s->accept.parked || s->accept.fd < 0)
         return;
-    if (s->held_fd >= 0) {
-        if (!kl_conn_accept(s, s->held_fd, (struct sockaddr *)&s->held_sa)) {
+    if (s->accept.held_fd >= 0) {
+        if (!kl_conn_accept(s, s->accept.held_fd,
+                            (struct sockaddr *)&s->accept.held_sa)) {
             kl_limits_wait_slot(s); /* another shard took the slot */
             return;
         }
-        s->held_fd = -1;
+        s->accept.held_fd = -1;
     }
-    s->listen_parked = false;
-    if (kl_watch_set(s->loop, &s->listen_watch, KL_EV_READ) != KL_OK)
+    s->accept.parked = false;
+    if (kl_watch_set(s->ev.loop, &s->accept.watch, KL_EV_READ) != KL_OK)
         kl_error("shard %d: cannot watch the listening socket", s->index);
 }
 
 static void on_drain_timer(kl_loop *l, kl_timer *t)
 {
     kl_shard *s = t->data;
-    s->drain_expired = true;
-    while (s->live) {
-        kl_conn *c = s->live;
+    s->conns.drain_expired = true;
+    while (s->conns.live) {
+        kl_conn *c = s->conns.live;
         kl_log(KL_LOG_INFO,
                "connection %s (client %s): closed at shutdown with %u "
                "requests in flight",
@@ -265,18 +266,19 @@ static void on_drain_timer(kl_loop *l, kl_timer *t)
 
 static void begin_drain(kl_shard *s)
 {
-    s->draining = true;
+    s->conns.draining = true;
     close_listener(s);
-    for (kl_conn *c = s->live, *next; c; c = next) {
+    for (kl_conn *c = s->conns.live, *next; c; c = next) {
         next = c->next;
         if (c->state == KL_CONN_HANDSHAKE)
             kl_conn_close(c);
         else
             kl_conn_drain(c);
     }
-    if (kl_timer_at(s->loop, &s->drain_timer,
-                    kl_loop_now(s->loop) + s->srv->o.drain_timeout_ns) != KL_OK)
-        on_drain_timer(s->loop, &s->drain_timer);
+    if (kl_timer_at(s->ev.loop, &s->conns.drain_timer,
+                    kl_loop_now(s->ev.loop) + s->srv->o.drain_timeout_ns) !=
+        KL_OK)
+        on_drain_timer(s->ev.loop, &s->conns.drain_timer);
 }
 
 static void on_wake(kl_loop *l, void *arg)
@@ -289,29 +291,29 @@ static void on_wake(kl_loop *l, void *arg)
     for (kl_job *j = take_done(s), *next; j; j = next) {
         next = j->next;
         freed = true;
-        if (kl_job_is_routed(j)) {
+        if (j->kind == KL_JOB_ROUTED) {
             kl_routed_complete(s, j);
             continue;
         }
-        kl_shard_finish_job(s, (kl_srv_job *)j);
+        kl_shard_finish_job(s, (kl_srv_job *)j); /* KL_JOB_KEY_OP */
     }
     if (freed)
         wake_blocked_shards(s);
     /* a reload changed the client CA: verify the open connections again
      * (lifetime.c), after the completions above were answered */
-    if (s->trust_recheck)
+    if (s->res.trust_recheck)
         kl_shard_recheck_trust(s);
     resume_paused(s);
     resume_accepting(s);
-    if (!s->draining && atomic_load(&s->srv->stopping))
+    if (!s->conns.draining && atomic_load(&s->srv->stopping))
         begin_drain(s);
 }
 
 static void on_accept_retry(kl_loop *l, kl_timer *t)
 {
     kl_shard *s = t->data;
-    if (s->listen_fd >= 0 && !s->listen_parked &&
-        kl_watch_set(l, &s->listen_watch, KL_EV_READ) != KL_OK)
+    if (s->accept.fd >= 0 && !s->accept.parked &&
+        kl_watch_set(l, &s->accept.watch, KL_EV_READ) != KL_OK)
         kl_error("shard %d: cannot watch the listening socket", s->index);
 }
 
@@ -323,7 +325,7 @@ static void on_listen(kl_loop *l, kl_watch *w, unsigned events)
     for (int i = 0; i < KL_ACCEPTS_PER_WAKE; i++) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof ss;
-        int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &len,
+        int fd = accept4(s->accept.fd, (struct sockaddr *)&ss, &len,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             if (kl_conn_accept(s, fd, (struct sockaddr *)&ss))
@@ -339,8 +341,8 @@ static void on_listen(kl_loop *l, kl_watch *w, unsigned events)
          * of spinning on a listener that stays readable. */
         kl_warn("shard %d: accept failed: %s; pausing accepts for 100 ms",
                 s->index, strerror(errno));
-        if (kl_watch_set(l, &s->listen_watch, 0) != KL_OK ||
-            kl_timer_at(l, &s->accept_retry,
+        if (kl_watch_set(l, &s->accept.watch, 0) != KL_OK ||
+            kl_timer_at(l, &s->accept.retry,
                         kl_loop_now(l) + ACCEPT_RETRY_NS) != KL_OK)
             kl_error("shard %d: cannot pause accepting", s->index);
         return;
@@ -351,8 +353,8 @@ static bool before_sleep(kl_loop *l, void *arg)
 {
     kl_shard *s = arg;
     /* Input left over from bounded reads or resumed after a pause. */
-    kl_conn *ready = s->ready;
-    s->ready = NULL;
+    kl_conn *ready = s->conns.ready;
+    s->conns.ready = NULL;
     while (ready) {
         kl_conn *c = ready;
         ready = c->ready_next;
@@ -361,8 +363,8 @@ static bool before_sleep(kl_loop *l, void *arg)
             kl_conn_read(c);
     }
     /* One flush per connection with output: the coalesced write of P8. */
-    kl_conn *dirty = s->dirty;
-    s->dirty = NULL;
+    kl_conn *dirty = s->conns.dirty;
+    s->conns.dirty = NULL;
     while (dirty) {
         kl_conn *c = dirty;
         dirty = c->dirty_next;
@@ -371,24 +373,25 @@ static bool before_sleep(kl_loop *l, void *arg)
     }
     /* Free closed connections no job refers to any more. The lists above
      * are empty of closed connections now. */
-    for (kl_conn *c = s->closed, *next; c; c = next) {
+    for (kl_conn *c = s->conns.closed, *next; c; c = next) {
         next = c->next;
         if (c->inflight > 0 || c->on_ready || c->on_dirty)
             continue;
         if (c->prev)
             c->prev->next = c->next;
         else
-            s->closed = c->next;
+            s->conns.closed = c->next;
         if (c->next)
             c->next->prev = c->prev;
         kl_conn_free(c);
     }
     kl_mx_loop_turn(s); /* keylessd_loop_busy_seconds_total */
-    if (s->draining && s->nlive == 0 && (!s->closed || s->drain_expired)) {
+    if (s->conns.draining && s->conns.nlive == 0 &&
+        (!s->conns.closed || s->conns.drain_expired)) {
         kl_loop_stop(l);
         return false;
     }
-    return s->ready != NULL || s->dirty != NULL;
+    return s->conns.ready != NULL || s->conns.dirty != NULL;
 }
 
 kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
@@ -397,29 +400,29 @@ kl_status kl_shard_init(kl_shard *s, kl_server *srv, int index, char *err,
     memset(s, 0, sizeof *s);
     s->srv = srv;
     s->index = index;
-    s->listen_fd = -1;
-    s->held_fd = -1;
-    atomic_init(&s->global_blocked, false);
-    atomic_init(&s->rdone_wake, false);
-    atomic_init(&s->accept_blocked, false);
-    pthread_mutex_init(&s->done_mu, NULL);
-    kl_timer_init(&s->accept_retry, on_accept_retry, s);
-    kl_timer_init(&s->drain_timer, on_drain_timer, s);
-    kl_timer_init(&s->loglimit_timer, kl_shard_loglimit_timer, s);
-    s->loop = kl_loop_new();
-    if (!s->loop) {
+    s->accept.fd = -1;
+    s->accept.held_fd = -1;
+    atomic_init(&s->conns.global_blocked, false);
+    atomic_init(&s->done.routed_wake, false);
+    atomic_init(&s->accept.blocked, false);
+    pthread_mutex_init(&s->done.mu, NULL);
+    kl_timer_init(&s->accept.retry, on_accept_retry, s);
+    kl_timer_init(&s->conns.drain_timer, on_drain_timer, s);
+    kl_timer_init(&s->logs.timer, kl_shard_loglimit_timer, s);
+    s->ev.loop = kl_loop_new();
+    if (!s->ev.loop) {
         snprintf(err, errlen, "cannot create an event loop: %s",
                  strerror(errno));
         return KL_E_IO;
     }
-    kl_loop_set_wake_fn(s->loop, on_wake, s);
+    kl_loop_set_wake_fn(s->ev.loop, on_wake, s);
     if (srv->o.metrics) /* written by this shard's thread only */
-        s->mx = kl_metrics_local_new(srv->o.metrics, index);
-    s->tr = kl_tracer_ring(srv->o.tracer, (unsigned)index);
-    kl_loop_set_before_sleep(s->loop, before_sleep, s);
-    s->inline_ns = KL_INLINE_TURN_NS;
+        s->obs.mx = kl_metrics_local_new(srv->o.metrics, index);
+    s->obs.tr = kl_tracer_ring(srv->o.tracer, (unsigned)index);
+    kl_loop_set_before_sleep(s->ev.loop, before_sleep, s);
+    s->budget.inline_ns = KL_INLINE_TURN_NS;
     kl_shard_sync(s);
-    if (!s->keys || !s->tls) {
+    if (!s->res.keys || !s->res.tls) {
         snprintf(err, errlen, "out of memory");
         return KL_E_NOMEM;
     }
@@ -433,7 +436,7 @@ void *kl_shard_main(void *arg)
     snprintf(name, sizeof name, "kl-shard-%d", s->index);
     pthread_setname_np(pthread_self(), name);
     kl_sched_thread_start(KL_THREAD_LOOP); /* realtime_priority */
-    if (kl_watch_start(s->loop, &s->listen_watch, s->listen_fd, KL_EV_READ,
+    if (kl_watch_start(s->ev.loop, &s->accept.watch, s->accept.fd, KL_EV_READ,
                        on_listen, s) != KL_OK) {
         kl_error("shard %d: cannot watch the listening socket", s->index);
         return NULL;
@@ -441,10 +444,11 @@ void *kl_shard_main(void *arg)
     /* A shutdown requested before this thread ran must not be missed. */
     if (atomic_load(&s->srv->stopping))
         begin_drain(s);
-    if (kl_loop_run(s->loop) != KL_OK)
+    if (kl_loop_run(s->ev.loop) != KL_OK)
         kl_error("shard %d: event loop failed: %s", s->index, strerror(errno));
     kl_debug("shard %d: %llu operations ran inline, %llu in the pool", s->index,
-             (unsigned long long)s->inlined, (unsigned long long)s->pooled);
+             (unsigned long long)s->budget.inlined,
+             (unsigned long long)s->budget.pooled);
     close_listener(s);
     /* lines left out and not yet summarised: said before the exit */
     kl_loglimit_flush(kl_now_ns(), true);
@@ -454,13 +458,13 @@ void *kl_shard_main(void *arg)
 
 void kl_shard_destroy(kl_shard *s)
 {
-    if (!s->loop)
+    if (!s->ev.loop)
         return;
     /* Jobs that came back after the loop stopped, then every connection
      * left (only after the pool stopped: nothing refers to them now). */
     for (kl_job *j = take_done(s), *next; j; j = next) {
         next = j->next;
-        if (kl_job_is_routed(j)) {
+        if (j->kind == KL_JOB_ROUTED) {
             kl_routed_discard(j);
             continue;
         }
@@ -469,16 +473,16 @@ void kl_shard_destroy(kl_shard *s)
         kl_pin_put(s, sj->pin);
         free(sj);
     }
-    while (s->live)
-        kl_conn_close(s->live);
-    while (s->closed) {
-        kl_conn *c = s->closed;
-        s->closed = c->next;
+    while (s->conns.live)
+        kl_conn_close(s->conns.live);
+    while (s->conns.closed) {
+        kl_conn *c = s->conns.closed;
+        s->conns.closed = c->next;
         kl_conn_free(c);
     }
     close_listener(s);
     kl_shard_release_res(s);
-    kl_loop_free(s->loop);
-    s->loop = NULL;
-    pthread_mutex_destroy(&s->done_mu);
+    kl_loop_free(s->ev.loop);
+    s->ev.loop = NULL;
+    pthread_mutex_destroy(&s->done.mu);
 }

@@ -200,7 +200,7 @@ static int teardown(void **state)
 {
     (void)state;
     /* hsm is not freed: the thread kl_pool_free left behind keeps using
-     * its key after its call returned, with nothing to wait on (pool.c
+     * its key after its call returned, with nothing to wait on (pool_blocking.c
      * keeps the stores of abandoned calls for the same reason); it stays
      * reachable from here, so no leak is reported */
     kl_keystore_free(files);
