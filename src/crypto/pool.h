@@ -32,14 +32,13 @@ struct kl_job {
     size_t in_len;
     uint8_t *out;
     size_t out_cap;
-    size_t out_len;         /* set by the pool */
-    uint64_t started_ns;    /* set by the pool: monotonic time its crypto
-                               began (0: it never ran - shed, abandoned) */
-    uint8_t err;            /* P6 code, set by the pool */
-    uint64_t deadline_ns;   /* monotonic; 0 = none. Past it: KL_ERR_INTERNAL
-                               without running the crypto (P6 shedding); a
-                               token key's wait for a session ends there */
-    uint64_t test_delay_us; /* test hook: sleep before executing */
+    size_t out_len;       /* set by the pool */
+    uint64_t started_ns;  /* set by the pool: monotonic time its crypto
+                             began (0: it never ran - shed, abandoned) */
+    uint8_t err;          /* P6 code, set by the pool */
+    uint64_t deadline_ns; /* monotonic; 0 = none. Past it: KL_ERR_INTERNAL
+                             without running the crypto (P6 shedding); a
+                             token key's wait for a session ends there */
     /* NULL, or set (by the submitter, any time) when nobody waits for the
      * answer any more - the client has gone: the job is then answered
      * KL_ERR_INTERNAL without running. Must stay valid until
