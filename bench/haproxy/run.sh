@@ -11,9 +11,11 @@
 #
 # Set-up: HAProxy (Debian package) in master-worker mode, 2 threads, the
 # keyless provider loaded by ssl-provider, a P-256 certificate whose key
-# reference points at a keylessd on 127.0.0.1; keylessd holds each request
-# on that key for the latency (--test-delay, a stand-in for a key server
-# across a network: it sleeps, it does not use CPU). The client is
+# reference points at a keylessd on 127.0.0.1; each request on that key
+# takes the latency: keylessd serves the key from a SoftHSM2 token behind
+# the test-only fault shim, which stalls each signature that long (slow_key
+# in tests/e2e/lib.sh; a stand-in for a key server across a network: the
+# stall sleeps, it does not use CPU; SoftHSM2 then signs). The client is
 # tests/e2e/hsload.c: 64 handshakes in flight (TLS 1.3, a new connection
 # and a full handshake each, no resumption), for DUR seconds; medians of
 # REPS runs, async and blocking alternating. A row with the key on local
@@ -23,7 +25,8 @@
 # runs, the best one the ceiling; every row's handshakes/s is also written
 # as a share of it. Every process is bounded by `timeout` and stopped on
 # exit (tests/e2e/lib.sh). Binaries come from $KL_BIN_DIR (default:
-# build/), keyless.so from $KL_PROVIDER.
+# build/), keyless.so from $KL_PROVIDER, the shim from $KL_P11SHIM (default:
+# $KL_BIN_DIR/libkl_p11shim.so, built with the tests).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,7 +39,8 @@ case "${1:-}" in
 "") ;;
 *) echo "usage: $0 [--smoke]" >&2; exit 2 ;;
 esac
-for b in "$KL_BIN_DIR/keylessd" "$KL_BIN_DIR/keyless-keyref" "$KL_PROVIDER"; do
+for b in "$KL_BIN_DIR/keylessd" "$KL_BIN_DIR/keyless-keyref" "$KL_PROVIDER" \
+    "${KL_P11SHIM:-$KL_BIN_DIR/libkl_p11shim.so}"; do
     [ -e "$b" ] || { echo "run.sh: $b missing: build first (make)" >&2; exit 1; }
 done
 if [ $smoke = 1 ]; then
@@ -125,8 +129,9 @@ measure local "$HP_PORT"
 kill "$L_PID"; wait "$L_PID" 2>/dev/null || true
 
 for ms in 1 50; do
-    # Enough keylessd workers that the delay, not the pool, is the limit.
-    KD_EXTRA=(--test-delay "$(ski fast.test):$ms" --workers $((CONC * 2)))
+    # Enough token sessions (keylessd's blocking workers) that the latency,
+    # not the pool, is the limit.
+    slow_key ecdsa-p256 "$ms" $((CONC * 2))
     start_keylessd
     hp_setup
     start_haproxy "blocking-$ms" 0
@@ -165,7 +170,8 @@ ecdsa_cpu() { awk -v a="$1" -v s="$CEIL" -v v="$CEIL_V" 'BEGIN { printf "%.1f", 
     echo "a full handshake per connection, $CONC handshakes in flight"
     echo "(tests/e2e/hsload.c), ${DUR} s per run, median of $REPS runs, the"
     echo "columns of a table measured alternately in the same run. Key server"
-    echo "latency: keylessd holds each request that long (--test-delay)."
+    echo "latency: each request takes that long on a SoftHSM2 token behind a shim"
+    echo "that stalls it (then SoftHSM2 signs)."
     echo "Load average when the run started: $LOAD0, when it ended: $LOAD1"
     echo "(other work on the machine shows there; the columns of one latency"
     echo "share it alike, the ceiling is measured before them)."

@@ -14,7 +14,6 @@
 #include <stdio.h>
 
 #include "core/status.h"
-#include "keyless/protocol.h"
 
 typedef enum kl_store_kind {
     KL_STORE_DIR = 1,
@@ -27,12 +26,6 @@ typedef struct kl_store_cfg {
     kl_store_kind kind;
     char *path;
 } kl_store_cfg;
-
-/* --test-delay=SKIHEX:MS (test only): requests on this key sleep first. */
-typedef struct kl_test_delay {
-    uint8_t ski[KL_SKI_LEN];
-    uint32_t ms;
-} kl_test_delay;
 
 typedef struct kl_config {
     /* options (fields named as their YAML keys) */
@@ -85,7 +78,6 @@ typedef struct kl_config {
     char *access_file; /* access lists (engine/acl.h); unset: none */
     bool tls13;
     char *config_file;
-    char *test_delay;        /* comma list of SKIHEX:MS */
     char *metrics_address;   /* "": listen_address */
     bool metrics_identities; /* false: no CN, SAN, serial, path in labels */
     /* geo routing (docs/ROUTING.md); router_table unset: no routing */
@@ -120,8 +112,6 @@ typedef struct kl_config {
     /* derived by kl_config_load() */
     kl_store_cfg *stores; /* private_key_stores, then dirs, then files */
     size_t nstores;
-    kl_test_delay *test_delays;
-    size_t ntest_delays;
     const char *loaded_file; /* the config file read, or NULL */
     bool has_current_time;
     int64_t current_time_unix; /* current_time in seconds since 1970 */

@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* After the sources: which file to read, and the fields derived from the
- * options (key stores from the comma lists, test delays, current_time, the
- * tracing endpoint) with the checks that need more than one option. */
+ * options (key stores from the comma lists, current_time, the tracing
+ * endpoint) with the checks that need more than one option. */
 #include <ctype.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,70 +83,6 @@ static kl_status split_stores(kl_config *cfg, const char *list,
             p[--n] = 0;
         if (*p)
             st = kl_cfg_add_store(cfg, kind, p);
-    }
-    free(copy);
-    return st;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (char)tolower((unsigned char)c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-static bool parse_ski(const char *hex, uint8_t ski[KL_SKI_LEN])
-{
-    if (strlen(hex) != 2 * KL_SKI_LEN)
-        return false;
-    for (size_t i = 0; i < KL_SKI_LEN; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return false;
-        ski[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return true;
-}
-
-static kl_status parse_test_delays(kl_config *cfg, char *err, size_t errlen)
-{
-    free(cfg->test_delays);
-    cfg->test_delays = NULL;
-    cfg->ntest_delays = 0;
-    if (!cfg->test_delay || !*cfg->test_delay)
-        return KL_OK;
-    char *copy = strdup(cfg->test_delay), *save = NULL;
-    KL_ENSURE(copy != NULL, KL_E_NOMEM);
-    kl_status st = KL_OK;
-    for (char *p = strtok_r(copy, ",", &save); p && st == KL_OK;
-         p = strtok_r(NULL, ",", &save)) {
-        char *colon = strrchr(p, ':');
-        kl_test_delay d;
-        char *end = NULL;
-        unsigned long ms = 0;
-        if (colon) {
-            *colon = 0;
-            errno = 0;
-            ms = strtoul(colon + 1, &end, 10);
-        }
-        if (!colon || !parse_ski(p, d.ski) || !end || end == colon + 1 ||
-            *end || errno || ms > 600000) {
-            st = kl_cfg_fail(err, errlen,
-                             "test_delay: \"%s\" must be SKIHEX:MILLISECONDS "
-                             "(40 hex digits, at most 600000 ms)",
-                             cfg->test_delay);
-            break;
-        }
-        d.ms = (uint32_t)ms;
-        kl_test_delay *v =
-            realloc(cfg->test_delays, (cfg->ntest_delays + 1) * sizeof *v);
-        if (!v) {
-            st = KL_E_NOMEM;
-            break;
-        }
-        cfg->test_delays = v;
-        v[cfg->ntest_delays++] = d;
     }
     free(copy);
     return st;
@@ -270,7 +205,6 @@ kl_status kl_cfg_derive(kl_config *cfg, char *err, size_t errlen)
         KL_GUARD(split_stores(cfg, cfg->private_key_dirs, KL_STORE_DIR));
         KL_GUARD(split_stores(cfg, cfg->private_key_files, KL_STORE_FILE));
     }
-    KL_GUARD(parse_test_delays(cfg, err, errlen));
     cfg->has_current_time = false;
     if (cfg->current_time && *cfg->current_time) {
         if (!parse_rfc3339(cfg->current_time, &cfg->current_time_unix))

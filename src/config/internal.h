@@ -25,8 +25,8 @@ void kl_cfg_clear_stores(kl_config *cfg);
 KL_WUR kl_status kl_cfg_find_file(kl_config *cfg, const char *named, char **out,
                                   char *err, size_t errlen);
 
-/* Derived fields: stores from private_key_dirs/files, test delays,
- * current_time, the tracing endpoint; cross-option checks. */
+/* Derived fields: stores from private_key_dirs/files, current_time, the
+ * tracing endpoint; cross-option checks. */
 KL_WUR kl_status kl_cfg_derive(kl_config *cfg, char *err, size_t errlen);
 
 /* Whether option i starts a new group (headings in help and docs). */

@@ -48,7 +48,6 @@ void kl_config_free(kl_config *cfg)
     for (size_t i = 0; i < cfg->nstores; i++)
         free(cfg->stores[i].path);
     free(cfg->stores);
-    free(cfg->test_delays);
     for (size_t i = 0; i < cfg->nwarnings; i++)
         free(cfg->warnings[i]);
     free(cfg->warnings);

@@ -24,7 +24,6 @@
 #define G_ACT "Activation (Origin CA enrolment)"
 #define G_TRACE "Tracing"
 #define G_ROUTE "Geo routing (docs/ROUTING.md)"
-#define G_TEST "Testing"
 
 static const kl_option options[] = {
     /* ---- the file ---- */
@@ -734,18 +733,6 @@ static const kl_option options[] = {
      .help = "print the OPTIONS section of keylessd(8) in roff and exit",
      .flags = KL_OPTF_NO_YAML,
      .group = G_MODES},
-
-    /* ---- testing ---- */
-    {.name = "test_delay",
-     .type = KL_OPT_STRING,
-     .offset = F(test_delay),
-     .env = "KEYLESS_TEST_DELAY",
-     .flag = "test-delay",
-     .metavar = "SKIHEX:MS,...",
-     .help = "TEST ONLY: delay every request on the key with this SKI by MS "
-             "milliseconds before executing it (for out-of-order tests)",
-     .flags = KL_OPTF_NO_YAML | KL_OPTF_TEST_ONLY,
-     .group = G_TEST},
 };
 
 const kl_option *kl_config_options(size_t *count)

@@ -25,12 +25,12 @@ typedef struct kl_job kl_job;
 typedef void (*kl_job_done_fn)(kl_job *job);
 
 /* What a job is. The pool runs key operations only; a kl_job is also what
- * an owner's queue carries (a shard's completion queue, src/server), where
+ * an owner's queue carries (a shard's completion queue, src/engine), where
  * other kinds travel beside them. */
 typedef enum kl_job_kind {
     KL_JOB_KEY_OP = 0, /* an operation on key, run by the pool (or inline) */
     KL_JOB_ROUTED,     /* a request forwarded to the key server that holds
-                          the key (src/server/routed.c): key is NULL, never
+                          the key (src/engine/routed.c): key is NULL, never
                           submitted to the pool */
 } kl_job_kind;
 
@@ -43,14 +43,13 @@ struct kl_job {
     size_t in_len;
     uint8_t *out;
     size_t out_cap;
-    size_t out_len;         /* set by the pool */
-    uint64_t started_ns;    /* set by the pool: monotonic time its crypto
-                               began (0: it never ran - shed, abandoned) */
-    uint8_t err;            /* P6 code, set by the pool */
-    uint64_t deadline_ns;   /* monotonic; 0 = none. Past it: KL_ERR_INTERNAL
-                               without running the crypto (P6 shedding); a
-                               token key's wait for a session ends there */
-    uint64_t test_delay_us; /* test hook: sleep before executing */
+    size_t out_len;       /* set by the pool */
+    uint64_t started_ns;  /* set by the pool: monotonic time its crypto
+                             began (0: it never ran - shed, abandoned) */
+    uint8_t err;          /* P6 code, set by the pool */
+    uint64_t deadline_ns; /* monotonic; 0 = none. Past it: KL_ERR_INTERNAL
+                             without running the crypto (P6 shedding); a
+                             token key's wait for a session ends there */
     /* NULL, or set (by the submitter, any time) when nobody waits for the
      * answer any more - the client has gone: the job is then answered
      * KL_ERR_INTERNAL without running. Must stay valid until

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <openssl/crypto.h>
 
@@ -41,15 +40,13 @@ static void run_blocking(kl_pool *p, bslot *slot, kl_job *job)
         memcpy(buf, job->in, in_len);
     const kl_key *key = job->key;
     uint8_t opcode = job->opcode;
-    uint64_t deadline = job->deadline_ns, delay = job->test_delay_us;
+    uint64_t deadline = job->deadline_ns;
     slot->job = job;
     slot->deadline_ns = deadline;
     slot->answered = false;
     kl_pool_watch(p, deadline);
     pthread_mutex_unlock(&p->mu);
 
-    if (delay)
-        usleep((useconds_t)delay);
     size_t out_len = 0;
     uint8_t err = KL_ERR_INTERNAL; /* P6 shedding: no crypto for the late */
     uint64_t started = kl_now_ns();

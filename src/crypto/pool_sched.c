@@ -8,10 +8,11 @@
  * - fast jobs first;
  * - at most workers-1 slow jobs run at once, so one worker is always free
  *   for fast jobs however many RSA-4096 signatures are queued. The last
- *   worker may take a *short* slow job (RSA up to 2048 bits, no test delay:
- *   ~0.25 ms of CPU) when no fast job waits: a fast job that comes then
- *   waits at most that long, and RSA-2048 alone can use every core (issue
- *   5; most fast jobs run inline on the shards anyway, kl_pool_run_here);
+ *   worker may take a *short* slow job (RSA up to 2048 bits: ~0.25 ms of
+ *   CPU) when no fast job waits: a fast job that comes then waits at most
+ *   that long, and RSA-2048 alone can use every core (docs/DESIGN.md
+ *   "Limits and backpressure"; most fast jobs run inline on the shards
+ *   anyway, kl_pool_run_here);
  * - to keep slow jobs from starving under an endless stream of fast ones, a
  *   waiting slow job is taken after FAST_STREAK fast picks in a row (with a
  *   single worker, every other pick: the two classes alternate).
@@ -25,7 +26,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/sched.h"
 #include "core/time.h"
@@ -45,7 +45,7 @@ void kl_pool_sched_init(kl_pool_sched *s, int workers)
 
 static bool short_slow(const kl_job *j)
 {
-    return j->test_delay_us == 0 && kl_key_bits(j->key) <= SHORT_SLOW_BITS;
+    return kl_key_bits(j->key) <= SHORT_SLOW_BITS;
 }
 
 /* Called with the lock held. NULL when there is nothing this worker may
@@ -87,22 +87,15 @@ static uint64_t thread_cpu_ns(void)
 static void exec_job(kl_pool *p, kl_cost_class cls, kl_job *job)
 {
     job->out_len = 0;
-    /* P6 shedding: no work for a request that cannot be answered by its
-     * deadline - neither one that expired in the queue nor one whose known
-     * cost would take it past the deadline - nor for one whose client has
-     * gone (a server that computes answers for clients that
-     * gave up collapses under their retries). The test delay stands for slow
-     * crypto, so it counts as that cost (real crypto costs are not modelled
-     * yet: they are microseconds next to client budgets). */
-    uint64_t cost_ns = job->test_delay_us * 1000u;
+    /* P6 shedding: no work for a request whose deadline passed in the
+     * queue, nor for one whose client has gone (a server that computes
+     * answers for clients that gave up collapses under their retries). */
     if ((job->abandoned &&
          atomic_load_explicit(job->abandoned, memory_order_relaxed)) ||
-        (job->deadline_ns && kl_now_ns() + cost_ns > job->deadline_ns)) {
+        (job->deadline_ns && kl_now_ns() > job->deadline_ns)) {
         job->err = KL_ERR_INTERNAL;
     } else {
         job->started_ns = kl_now_ns();
-        if (job->test_delay_us)
-            usleep((useconds_t)job->test_delay_us);
         /* CPU time, not wall time: a worker preempted for a time slice
          * in the middle of a job would otherwise multiply the estimate
          * and make admission control shed work the pool could do. Average
@@ -110,18 +103,17 @@ static void exec_job(kl_pool *p, kl_cost_class cls, kl_job *job)
          * estimate can afford. The thread's CPU clock is a real system
          * call (no vDSO): ~0.6 us, 4% of an ECDSA signature
          * (measured with perf), so only one job in SAMPLE_EVERY per thread is
-         * timed - and every job with a test delay (the tests' slow crypto). */
+         * timed. */
         static _Thread_local unsigned sample_n;
         uint64_t avg =
             atomic_load_explicit(&p->cost.exec_ns[cls], memory_order_relaxed);
-        bool timed =
-            !avg || job->test_delay_us || ++sample_n % SAMPLE_EVERY == 0;
+        bool timed = !avg || ++sample_n % SAMPLE_EVERY == 0;
         uint64_t t0 = timed ? thread_cpu_ns() : 0;
         job->err = kl_crypto_exec_deadline(job->key, job->opcode, job->in,
                                            job->in_len, job->out, job->out_cap,
                                            &job->out_len, job->deadline_ns);
         if (timed) {
-            uint64_t took = thread_cpu_ns() - t0 + job->test_delay_us * 1000u;
+            uint64_t took = thread_cpu_ns() - t0;
             avg = avg ? avg - avg / 8 + took / 8 : took;
             atomic_store_explicit(&p->cost.exec_ns[cls], avg,
                                   memory_order_relaxed);

@@ -42,21 +42,6 @@ static bool write_pid_file(const char *path)
     return ok;
 }
 
-static kl_server_delay *test_delays(const kl_config *cfg)
-{
-    if (!cfg->ntest_delays)
-        return NULL;
-    kl_warn("--test-delay is active: requests on %zu key(s) are delayed on "
-            "purpose (test only)",
-            cfg->ntest_delays);
-    kl_server_delay *d = calloc(cfg->ntest_delays, sizeof *d);
-    for (size_t i = 0; d && i < cfg->ntest_delays; i++) {
-        memcpy(d[i].ski, cfg->test_delays[i].ski, KL_SKI_LEN);
-        d[i].delay_us = (uint64_t)cfg->test_delays[i].ms * 1000u;
-    }
-    return d;
-}
-
 static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
                                kl_tls_ctx *tls, kl_pool *pool,
                                const kl_daemon_ext *x)
@@ -73,7 +58,6 @@ static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
         kl_info("access lists: %zu rule(s) from %s", kl_acl_count(acl),
                 cfg->access_file);
     }
-    kl_server_delay *delays = test_delays(cfg);
     /* sign_timeout (the reference's) is the request deadline unless
      * max_queue_time says otherwise. */
     uint64_t deadline =
@@ -92,8 +76,6 @@ static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
         .handshake_timeout_ns = cfg->handshake_timeout_ns,
         .drain_timeout_ns = cfg->drain_timeout_ns,
         .max_queue_time_ns = deadline,
-        .test_delays = delays,
-        .ntest_delays = delays ? cfg->ntest_delays : 0,
         .max_connections = (uint32_t)cfg->max_connections,
         .max_handshaking = (uint32_t)cfg->max_handshaking,
         .max_handshaking_per_source = (uint32_t)cfg->max_handshaking_per_source,
@@ -108,7 +90,6 @@ static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
     };
     char err[512];
     kl_server *srv = kl_server_new(&so, err, sizeof err);
-    free(delays);
     if (!srv) {
         kl_error("%s", err);
         kl_acl_free(acl);

@@ -247,7 +247,6 @@ struct kl_shard {
 struct kl_server {
     kl_server_opts o;
     char *listen_address;
-    kl_server_delay *delays;
     uint16_t port;
     int nshards;
     kl_shard *shards;

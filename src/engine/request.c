@@ -118,14 +118,6 @@ void kl_conn_complete(kl_conn *c, kl_srv_job *j)
         kl_conn_update_interest(c);
 }
 
-static uint64_t test_delay_us(const kl_server *srv, const uint8_t *ski)
-{
-    for (size_t i = 0; i < srv->o.ntest_delays; i++)
-        if (memcmp(srv->delays[i].ski, ski, KL_SKI_LEN) == 0)
-            return srv->delays[i].delay_us;
-    return 0;
-}
-
 /* The pool's watchdog may answer a token job at its deadline while the
  * token call still runs on the key (crypto/pool.h): the job's pin then goes
  * with the answer, so the pool takes its own reference on the store. Runs
@@ -152,7 +144,7 @@ static void job_key_unhold(void *handle)
 static bool run_inline(const kl_shard *s, const kl_srv_job *j)
 {
     return kl_crypto_cost_class(j->job.key) == KL_COST_FAST &&
-           j->job.test_delay_us == 0 && kl_shard_may_inline(s);
+           kl_shard_may_inline(s);
 }
 
 static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
@@ -200,8 +192,6 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
         (!deadline || now + srv->o.max_queue_time_ns < deadline))
         deadline = now + srv->o.max_queue_time_ns;
     j->job.deadline_ns = deadline;
-    if (srv->o.ntest_delays)
-        j->job.test_delay_us = test_delay_us(srv, req->ski);
     j->job.done = kl_shard_job_done;
     j->job.abandoned = &c->gone; /* c lives until this job came back */
     j->t0_ns = t0_ns;

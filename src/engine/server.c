@@ -223,19 +223,12 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
     srv->listen_address =
         strdup(o->listen_address ? o->listen_address : "0.0.0.0");
     srv->o.listen_address = srv->listen_address;
-    if (o->ntest_delays) {
-        srv->delays = calloc(o->ntest_delays, sizeof *srv->delays);
-        if (srv->delays)
-            memcpy(srv->delays, o->test_delays,
-                   o->ntest_delays * sizeof *srv->delays);
-    }
-    srv->o.test_delays = srv->delays;
     srv->shards = calloc((size_t)srv->o.shards, sizeof *srv->shards);
     bool src_oom; /* limits.c */
     srv->src_caps = kl_src_table_new(
         srv->o.max_handshaking, srv->o.max_handshaking_per_source, &src_oom);
-    if (!srv->listen_address || (o->ntest_delays && !srv->delays) ||
-        !srv->shards || !srv->keys_res || !srv->tls_res || src_oom) {
+    if (!srv->listen_address || !srv->shards || !srv->keys_res ||
+        !srv->tls_res || src_oom) {
         snprintf(err, errlen, "out of memory");
         kl_server_free(srv);
         return NULL;
@@ -340,7 +333,6 @@ void kl_server_free(kl_server *srv)
     kl_src_table_free(srv->src_caps);
     pthread_mutex_destroy(&srv->res_mu);
     free(srv->shards);
-    free(srv->delays);
     free(srv->listen_address);
     free(srv);
 }

@@ -29,12 +29,6 @@
 
 typedef struct kl_server kl_server;
 
-/* Test hook (--test-delay): requests on this key sleep before executing. */
-typedef struct kl_server_delay {
-    uint8_t ski[KL_SKI_LEN];
-    uint64_t delay_us;
-} kl_server_delay;
-
 typedef struct kl_server_opts {
     const char *listen_address;     /* numeric IPv4 or IPv6 */
     uint16_t port;                  /* 0: an ephemeral port (tests) */
@@ -52,8 +46,6 @@ typedef struct kl_server_opts {
     uint64_t handshake_timeout_ns;  /* 0: 10 s */
     uint64_t drain_timeout_ns;      /* 0: none (close at once) */
     uint64_t max_queue_time_ns;     /* 0: no limit */
-    const kl_server_delay *test_delays;
-    size_t ntest_delays;
     /* limits.c, acl.c (docs/SECURITY.md) */
     uint32_t max_connections; /* 0: 10000; more are closed at accept */
     uint32_t max_handshaking; /* 0: 1000 not yet authenticated */

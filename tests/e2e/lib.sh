@@ -4,8 +4,8 @@
 # PKI, a keylessd holding the real keys, certificates and key references
 # for them, and an openssl.cnf that loads keyless.so after the default
 # provider; for the asynchronous key operations also certificates named
-# for SNI, the SKI of a certificate (keylessd --test-delay) and the
-# handshake client hsload.
+# for SNI, a slow key (a demo key on a token that stalls each operation)
+# and the handshake client hsload.
 # Sourced; every helper fails the test with a message.
 set -euo pipefail
 
@@ -15,6 +15,7 @@ chmod 755 "$E2E_TMP"
 KD_PID=
 KD_PORT=
 KD_METRICS=
+KD_STORES=
 declare -a E2E_PIDS=()
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -49,8 +50,8 @@ make_pki() {
     done
 }
 
-# keylessd flags a test adds (e.g. --test-delay, --workers) before
-# calling start_keylessd.
+# keylessd flags a test adds (e.g. --workers) before calling
+# start_keylessd.
 declare -a KD_EXTRA=()
 
 # has_flag NAME: this keylessd knows --NAME (checked in its --help, so the
@@ -73,12 +74,45 @@ named_cert() {
         -out "$E2E_TMP/certs/$1.crt" 2>/dev/null || fail "cert $1"
 }
 
-# ski NAME: the SKI (hex) of certs/NAME.crt's key, as keylessd names it.
-ski() {
-    "$KL_BIN_DIR/keyless-keyref" write --cert "$E2E_TMP/certs/$1.crt" \
-        --server 127.0.0.1:1 --out "$E2E_TMP/certs/$1.ski.ref" >/dev/null &&
-        "$KL_BIN_DIR/keyless-keyref" show "$E2E_TMP/certs/$1.ski.ref" |
-        awk '$1 == "ski:" { print $2 }'
+# slow_key KEY MS SESSIONS: from the next start_keylessd on, keylessd
+# serves the demo key KEY (rsa-2048, ecdsa-p384...) from a SoftHSM2 token
+# on which every signature and decryption takes MS milliseconds, SESSIONS
+# of them at a time; the other demo keys stay files. keylessd has no test
+# hook in its request path: the token is behind the test-only fault shim
+# (tests/p11shim, $KL_P11SHIM or $KL_BIN_DIR/libkl_p11shim.so), which
+# stalls each operation, and keylessd serves it like any slow HSM, on its
+# blocking workers (one per session). Called again (same KEY): a new MS
+# and SESSIONS for the same token.
+slow_key() {
+    local d=$E2E_TMP/slowkey m module='' shim=${KL_P11SHIM:-$KL_BIN_DIR/libkl_p11shim.so}
+    [ -r "$shim" ] || fail "the fault shim $shim is missing (build kl_p11shim)"
+    shim=$(realpath "$shim")
+    for m in /usr/lib/softhsm/libsofthsm2.so /usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so \
+        /usr/lib64/softhsm/libsofthsm2.so /usr/local/lib/softhsm/libsofthsm2.so; do
+        [ -r "$m" ] && module=$m && break
+    done
+    [ -n "$module" ] || fail "SoftHSM2 is not installed (scripts/install-deps.sh)"
+    export SOFTHSM2_CONF=$d/softhsm2.conf KL_P11SHIM_TARGET=$module KL_P11SHIM_CTL=$d/shim.ctl
+    if [ ! -d "$d" ]; then
+        mkdir -p "$d/tokens" "$d/keys"
+        printf 'directories.tokendir = %s\nobjectstore.backend = file\nlog.level = ERROR\n' \
+            "$d/tokens" >"$SOFTHSM2_CONF"
+        softhsm2-util --init-token --free --label kl-slow --pin 1234 --so-pin 000000 \
+            >/dev/null || fail "softhsm2-util --init-token"
+        openssl pkcs8 -topk8 -nocrypt -in "$PKI/keys/$1.key" -out "$d/key.p8" ||
+            fail "cannot read $1"
+        softhsm2-util --import "$d/key.p8" --token kl-slow --label key --id 01 \
+            --pin 1234 >/dev/null || fail "cannot put $1 on the token"
+        rm -f "$d/key.p8"
+        # the other demo keys: the slow one once only (one SKI twice)
+        for m in "$PKI"/keys/*.key; do
+            [ "$(basename "$m" .key)" = "$1" ] || install -m 600 "$m" "$d/keys/"
+        done
+    fi
+    # the shim re-reads its rules at every operation: written atomically
+    echo "crypto stall_ms=$2 token=kl-slow" >"$d/shim.ctl.tmp"
+    mv "$d/shim.ctl.tmp" "$d/shim.ctl"
+    KD_STORES="[{uri: \"pkcs11:token=kl-slow;object=key?module-path=$shim&pin-value=1234&max-sessions=$3\"}, {dir: $d/keys}]"
 }
 
 # build_hsload: the concurrent handshake client (tests/e2e/hsload.c) as
@@ -89,7 +123,8 @@ build_hsload() {
         fail "cannot build hsload"
 }
 
-# start_keylessd [PORT]: keylessd with the demo keys, metrics on when this
+# start_keylessd [PORT]: keylessd with the demo keys (one of them on a slow
+# token after slow_key), metrics on when this
 # keylessd has --metrics-port (metric() reads 0 otherwise and the tests
 # count from the shutdown summary instead: metrics_up, requests_at_stop).
 start_keylessd() {
@@ -101,9 +136,11 @@ start_keylessd() {
     else
         KD_METRICS=${KD_METRICS:-0}
     fi
+    local -a keys=(--private-key-dirs "$PKI/keys")
+    [ -z "$KD_STORES" ] || keys=(--private-key-stores "$KD_STORES")
     "$KL_BIN_DIR/keylessd" --auth-cert "$PKI/server.crt" \
         --auth-key "$PKI/server.key" --cloudflare-ca-cert "$PKI/ca.crt" \
-        --private-key-dirs "$PKI/keys" --listen-address 127.0.0.1 \
+        "${keys[@]}" --listen-address 127.0.0.1 \
         --port "$KD_PORT" "${metrics[@]}" "${KD_EXTRA[@]}" \
         >>"$E2E_TMP/keylessd.log" 2>&1 </dev/null &
     KD_PID=$!

@@ -4,8 +4,9 @@
 # key operations"): HAProxy (Debian package, master-worker, 2 threads)
 # with `ssl-mode-async` and the keyless provider loaded by `ssl-provider`,
 # certificates in HAProxy-style bundles (certificate + key reference), two
-# certificates told apart by SNI. keylessd delays every request on the
-# "slow" certificate's key by 200 ms (--test-delay).
+# certificates told apart by SNI. The "slow" certificate's key is on a
+# token that takes 200 ms per operation, 24 at a time (slow_key in
+# lib.sh).
 #  1. Slow handshakes overlap instead of queueing (8 in flight at a time
 #     complete about 8 per 200 ms), and handshakes on the other certificate
 #     keep their latency meanwhile. The same load on a HAProxy without
@@ -22,7 +23,7 @@
 make_pki
 named_cert fast.test ecdsa-p256
 named_cert slow.test ecdsa-p384
-KD_EXTRA=(--test-delay "$(ski slow.test):200" --workers 24)
+slow_key ecdsa-p384 200 24
 start_keylessd
 build_hsload
 hp_setup

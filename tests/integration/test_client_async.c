@@ -5,6 +5,7 @@
  * deadlines dropping requests before they are written. */
 #include "daemon.h"
 #include "pki.h"
+#include "slowkey.h"
 #include "testutil.h"
 
 #include <poll.h>
@@ -26,19 +27,13 @@ static int setup(void **state)
 {
     dir = tp_tempdir("client-async");
     tp_copy_key(dir, tp_path("keys/ecdsa-p256.key"));
-    tp_copy_key(dir, tp_path("keys/rsa-2048.key"));
     ec_pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
     tp_ski(ec_pub, ec_ski);
-    /* requests on the RSA key sleep 300 ms: a slow key to queue behind */
-    EVP_PKEY *rsa = tp_load_pub(tp_path("pubkeys/rsa-2048.pem"));
-    uint8_t rsa_ski[20];
-    tp_ski(rsa, rsa_ski);
-    EVP_PKEY_free(rsa);
-    static char delay[96];
-    snprintf(delay, sizeof delay, "--test-delay=%s:300", tp_ski_hex(rsa_ski));
-    static const char *extra[2];
-    extra[0] = delay;
-    td_opts o = {.name = "client-async", .key_dirs = dir, .extra = extra};
+    /* the RSA key on a token that takes 300 ms per operation (slowkey.h):
+     * a slow key to queue behind */
+    td_opts o = {.name = "client-async",
+                 .key_dirs = dir,
+                 .slow_key = td_slow_key(tp_path("keys/rsa-2048.key"), 300, 1)};
     td_start(&d, &o);
     return 0;
 }
@@ -368,9 +363,9 @@ static void test_deadline_drops_unsent(void **state)
 
 /* An in-flight request past its deadline is answered KL_E_TIMEOUT then,
  * and the late answer is dropped without disturbing the connection.
- * (keylessd would shed a request whose known cost - the --test-delay -
- * exceeds its budget at once, so the server is frozen with SIGSTOP
- * instead, after the request was written.) */
+ * (keylessd answers a request on the slow key itself at its deadline, with
+ * an error, so the server is frozen with SIGSTOP instead, after the
+ * request was written.) */
 static void test_deadline_in_flight(void **state)
 {
     const td_daemon *ds[] = {&d};

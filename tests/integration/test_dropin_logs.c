@@ -6,6 +6,7 @@
  * the journal's format when JOURNAL_STREAM is set. */
 #include "daemon.h"
 #include "pki.h"
+#include "slowkey.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -76,12 +77,12 @@ static void test_quiet_by_default(void **state)
 
 static void test_error_lines(void **state)
 {
-    char delay[128];
-    snprintf(delay, sizeof delay, "--test-delay=%s:300", tp_ski_hex(ec_ski));
+    /* the key on a token that takes 300 ms per operation (slowkey.h) */
     td_daemon d;
     td_opts o = {.name = "logs-errors",
-                 .key_dirs = dir,
-                 .extra = (const char *[]){"--loglevel=1", delay, NULL}};
+                 .slow_key =
+                     td_slow_key(tp_path("keys/ecdsa-p256.key"), 300, 1),
+                 .extra = (const char *[]){"--loglevel=1", NULL}};
     td_start(&d, &o);
     kl_client *c = td_connect(&d);
     uint8_t other[20];
@@ -93,7 +94,7 @@ static void test_error_lines(void **state)
                          .req_context = "{\"request_id\":\"req-42\"}"};
     td_expect_error(&d, c, &s, KL_ERR_KEY_NOT_FOUND);
     /* the server's own failure: a deadline that passes while the request
-     * waits (test delay 300 ms, deadline 20 ms) */
+     * waits (the token takes 300 ms, the deadline is 20 ms) */
     s.ski = ec_ski;
     s.req_context = "{\"request_id\":\"late-7\",\"deadline_ms\":20}";
     td_expect_error(&d, c, &s, KL_ERR_INTERNAL);

@@ -2,12 +2,15 @@
 /* PKCS#11 keys through a real keylessd: an RSA key in a SoftHSM2 token (a
  * `uri:` key store) and an ECDSA key on disk, served side by side. Every
  * HSM operation verifies with OpenSSL, --keystore-debug lists the token key,
- * and on one connection a slow HSM operation (a test-only delay on its key,
- * run on the blocking workers) does not delay the file key's answers. */
+ * and on one connection a slow HSM operation (the token behind the
+ * test-only fault shim, which stalls each operation: slowkey.h; run on the
+ * blocking workers) does not delay the file key's answers. */
 #include "daemon.h"
 #include "pki.h"
+#include "slowkey.h"
 #include "testutil.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,51 +22,24 @@
 
 #define FAST 50
 #define DELAY_MS 400
-#define PIN "4321"
 
 static td_daemon d;
 static char *dir;
-static char stores[1024];
+static char stores[PATH_MAX + 2048];
 static EVP_PKEY *rsa_pub, *ec_pub;
 static uint8_t rsa_ski[20], ec_ski[20];
 static const uint8_t dg[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
 
-static const char *softhsm_module(void)
-{
-    static const char *paths[] = {
-        "/usr/lib/softhsm/libsofthsm2.so",
-        "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so",
-    };
-    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
-        if (access(paths[i], R_OK) == 0)
-            return paths[i];
-    return NULL;
-}
-
 static int setup(void **state)
 {
-    const char *module = softhsm_module();
-    if (!module)
-        fail_msg("SoftHSM2 is not installed (scripts/install-deps.sh)");
+    /* A token of our own (SOFTHSM2_CONF and the shim's settings reach
+     * keylessd through the environment it inherits) on which every
+     * operation takes DELAY_MS, two at a time. */
+    const char *uri = td_slow_key(tp_path("keys/rsa-2048.key"), DELAY_MS, 2);
     dir = tp_tempdir("hsm-server");
-    /* A token of our own: SOFTHSM2_CONF reaches keylessd through the
-     * environment it inherits. */
-    char conf[512];
-    snprintf(conf, sizeof conf, "%s/softhsm2.conf", dir);
-    tu_sh("mkdir -p %s/tokens %s/keys && printf 'directories.tokendir = "
-          "%s/tokens\\nobjectstore.backend = file\\nlog.level = ERROR\\n' > %s",
-          dir, dir, dir, conf);
-    setenv("SOFTHSM2_CONF", conf, 1);
-    tu_sh("softhsm2-util --init-token --free --label kl-srv --pin %s "
-          "--so-pin 000000 >/dev/null",
-          PIN);
-    tu_sh("openssl pkcs8 -topk8 -nocrypt -in %s -out %s/rsa.p8",
-          tp_path("keys/rsa-2048.key"), dir);
-    tu_sh("softhsm2-util --import %s/rsa.p8 --token kl-srv --label rsa --id 01 "
-          "--pin %s >/dev/null && rm -f %s/rsa.p8",
-          dir, PIN, dir);
     char keys[512];
     snprintf(keys, sizeof keys, "%s/keys", dir);
+    tu_sh("mkdir -p %s", keys);
     tp_copy_key(keys, tp_path("keys/ecdsa-p256.key"));
 
     rsa_pub = tp_load_pub(tp_path("pubkeys/rsa-2048.pem"));
@@ -72,16 +48,9 @@ static int setup(void **state)
     tp_ski(ec_pub, ec_ski);
 
     snprintf(stores, sizeof stores,
-             "--private-key-stores=[{dir: %s}, {uri: "
-             "\"pkcs11:token=kl-srv;object=rsa?module-path=%s&pin-value=%s"
-             "&max-sessions=2\"}]",
-             keys, module, PIN);
-    static char delay[128];
-    snprintf(delay, sizeof delay, "--test-delay=%s:%d", tp_ski_hex(rsa_ski),
-             DELAY_MS);
-    static const char *extra[3];
+             "--private-key-stores=[{dir: %s}, {uri: \"%s\"}]", keys, uri);
+    static const char *extra[2];
     extra[0] = stores;
-    extra[1] = delay;
     td_opts o = {.name = "hsm-server", .extra = extra};
     td_start(&d, &o);
     return 0;
@@ -217,7 +186,7 @@ static void test_keystore_debug_lists_token_key(void **state)
     snprintf(ski_hex, sizeof ski_hex, "%s", tp_ski_hex(rsa_ski));
     if (!strstr(out, ski_hex) || !strstr(out, "pkcs11:"))
         fail_msg("token key %s not listed:\n%s", ski_hex, out);
-    if (strstr(out, "pin-value=" PIN))
+    if (strstr(out, "pin-value=" TD_SLOW_PIN))
         fail_msg("the PIN leaked into the listing:\n%s", out);
     free(out);
 }

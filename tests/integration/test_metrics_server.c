@@ -18,6 +18,7 @@
  *   only remote is down (/remotes says 503), one without keys is not. */
 #include "test_router_server_common.h"
 #include "net.h"
+#include "slowkey.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -80,8 +81,11 @@ static void expect_metric(const char *text, const char *series, double want)
     }
 }
 
-static void start_with_metrics(td_daemon *d, const char *name, uint16_t *mport,
-                               const char *const *more)
+/* slow_key: serve the key from that slow token (slowkey.h) instead of
+ * keydir; NULL: keydir */
+static void start_slow_with_metrics(td_daemon *d, const char *name,
+                                    uint16_t *mport, const char *const *more,
+                                    const char *slow_key)
 {
     static char a_port[64];
     *mport = tn_free_port();
@@ -90,10 +94,21 @@ static void start_with_metrics(td_daemon *d, const char *name, uint16_t *mport,
     size_t n = 1;
     for (size_t i = 0; more && more[i] && n < 14; i++)
         flags[n++] = more[i];
-    flags[n++] = a_port; /* after rs_start's --metrics-port=0: wins */
+    flags[n++] = a_port; /* after td_start's --metrics-port=0: wins */
     flags[n] = NULL;
-    rs_start(d, name, keydir, NULL, flags);
+    if (slow_key) {
+        td_opts o = {.name = name, .slow_key = slow_key, .extra = flags};
+        td_start(d, &o);
+    } else {
+        rs_start(d, name, keydir, NULL, flags);
+    }
     rs_wait_log(d, "metrics: http://127.0.0.1:", 1, 5000);
+}
+
+static void start_with_metrics(td_daemon *d, const char *name, uint16_t *mport,
+                               const char *const *more)
+{
+    start_slow_with_metrics(d, name, mport, more, NULL);
 }
 
 static int setup(void **state)
@@ -254,17 +269,17 @@ static void test_failed_connection_and_refused_client(void **state)
 }
 
 /* keylessd_requests_shed_total{reason="deadline"}: a request whose
- * deadline (P9 deadline_ms) cannot be met is answered `internal error`
- * without running. */
+ * deadline (P9 deadline_ms) is not met is answered `internal error` by
+ * then: the key is on a token that takes 300 ms per operation
+ * (slowkey.h), the deadline is 100 ms. */
 static void test_shed_by_reason(void **state)
 {
     (void)state;
-    char delay[128];
-    snprintf(delay, sizeof delay, "--test-delay=%s:300", tp_ski_hex(ski));
-    const char *more[] = {delay, NULL};
     td_daemon d;
     uint16_t mp;
-    start_with_metrics(&d, "metrics-shed", &mp, more);
+    start_slow_with_metrics(
+        &d, "metrics-shed", &mp, NULL,
+        td_slow_key(tp_path("keys/ecdsa-p256.key"), 300, 1));
     kl_client *c = td_connect(&d);
     kl_request_spec s = rs_sign_spec(ski);
     s.req_context = "{\"deadline_ms\":100}";
@@ -285,13 +300,14 @@ static void test_shed_by_reason(void **state)
 static void test_health_and_ready(void **state)
 {
     (void)state;
-    /* every request on the key waits 1.5 s: something to drain */
-    char delay[128];
-    snprintf(delay, sizeof delay, "--test-delay=%s:1500", tp_ski_hex(ski));
-    const char *more[] = {delay, "--drain-timeout=5s", NULL};
+    /* every request on the key (on a slow token, slowkey.h) takes 1.5 s:
+     * something to drain */
+    const char *more[] = {"--drain-timeout=5s", NULL};
     td_daemon d;
     uint16_t mp;
-    start_with_metrics(&d, "metrics-ready", &mp, more);
+    start_slow_with_metrics(
+        &d, "metrics-ready", &mp, more,
+        td_slow_key(tp_path("keys/ecdsa-p256.key"), 1500, 1));
     char *body;
     assert_int_equal(tn_http_get(mp, "/health", &body), 200);
     assert_string_equal(body, "ok\n");

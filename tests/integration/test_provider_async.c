@@ -14,7 +14,9 @@
  *    the resume;
  *  - no key server: the handshake fails with the provider's clear error;
  *  - after fork, the child's jobs are driven by a thread of its own.
- * keylessd delays every request on the "slow" key (--test-delay). */
+ * The "slow" key is on a token that takes DELAY_MS per operation
+ * (slowkey.h), with a session for each of the NPAR handshakes. */
+#include "slowkey.h"
 #include "test_provider_common.h"
 
 #include <fcntl.h>
@@ -38,21 +40,12 @@ static int setup(void **state)
 {
     dir = tp_tempdir("provider-async");
     tp_copy_key(dir, tp_path("keys/ecdsa-p256.key"));
-    tp_copy_key(dir, tp_path("keys/ecdsa-p384.key"));
     write_cert(path_in("ecdsa-p256.key"), "fast");
-    write_cert(path_in("ecdsa-p384.key"), "slow");
-    EVP_PKEY *slow = tp_load_pub(path_in("slow.crt"));
-    uint8_t ski[20];
-    tp_ski(slow, ski);
-    EVP_PKEY_free(slow);
-    static char delay[128];
-    snprintf(delay, sizeof delay, "--test-delay=%s:%d", tp_ski_hex(ski),
-             DELAY_MS);
-    static const char *extra[2];
-    extra[0] = delay;
+    const char *slow_key = tp_path("keys/ecdsa-p384.key");
+    write_cert(slow_key, "slow");
     td_opts o = {.name = "provider-async-keylessd",
                  .key_dirs = dir,
-                 .extra = extra,
+                 .slow_key = td_slow_key(slow_key, DELAY_MS, NPAR),
                  .workers = NPAR + 2};
     td_start(&kd, &o);
     write_ref("fast", kd.port, NULL, 0);

@@ -16,6 +16,7 @@
 #include "keyless/protocol.h"
 #include "net.h"
 #include "pki.h"
+#include "slowkey.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -33,14 +34,15 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
-/* the delay of every request for the RSA key (--test-delay): long enough
- * to be in flight while the reload runs */
+/* how long every request for the RSA key takes (on a slow token,
+ * slowkey.h): long enough to be in flight while the reload runs */
 #define SLOW_MS 1500
 
 static char *dir;
 static td_daemon d;
 static uint16_t mport;
 static uint8_t ec_ski[20], rsa_ski[20];
+static const char *rsa_key; /* on the slow token */
 
 static int setup(void **state)
 {
@@ -50,7 +52,7 @@ static int setup(void **state)
     snprintf(keys, sizeof keys, "%s/keys", dir);
     tu_sh("mkdir -p %s && chmod 700 %s", keys, keys);
     tp_copy_key(keys, tp_path("keys/ecdsa-p256.key"));
-    tp_copy_key(keys, tp_path("keys/rsa-2048.key"));
+    rsa_key = td_slow_key(tp_path("keys/rsa-2048.key"), SLOW_MS, 1);
     EVP_PKEY *pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
     tp_ski(pub, ec_ski);
     EVP_PKEY_free(pub);
@@ -73,15 +75,16 @@ static void wait_log(const char *what, int count);
  * endpoint on loopback. */
 static void start(const char *name, const char *ca)
 {
-    static char a_port[64], a_delay[128], keys[1200];
+    static char a_port[64], keys[1200];
     mport = tn_free_port();
     snprintf(a_port, sizeof a_port, "--metrics-port=%u", mport);
-    snprintf(a_delay, sizeof a_delay, "--test-delay=%s:%d", tp_ski_hex(rsa_ski),
-             SLOW_MS);
     snprintf(keys, sizeof keys, "%s/keys", dir);
-    const char *extra[] = {"--metrics-address=127.0.0.1", a_port, a_delay,
-                           NULL};
-    td_opts o = {.name = name, .key_dirs = keys, .ca = ca, .extra = extra};
+    const char *extra[] = {"--metrics-address=127.0.0.1", a_port, NULL};
+    td_opts o = {.name = name,
+                 .key_dirs = keys,
+                 .slow_key = rsa_key,
+                 .ca = ca,
+                 .extra = extra};
     td_start(&d, &o);
     wait_log("metrics: http://127.0.0.1:", 1); /* once the keys loaded */
 }

@@ -5,11 +5,13 @@
  * `remote configuration error`, and a stalled upstream must still be left
  * within one timeout.
  *
- * The upstream is "slow but alive": keylessd with 2 workers and
- * --test-delay 2 ms per request on the key (a worker sleeps, so ~1,000
- * answers/s without loading the shared machine), so a burst of 400 waits
- * up to ~400 ms in its queue - 20 times the attempt timeout. */
+ * The upstream is "slow but alive": keylessd with the key on a token
+ * that takes 2 ms per operation, with 2 sessions (slowkey.h: two blocking
+ * workers wait on the token, so ~1,000 answers/s without loading the
+ * shared machine), so a burst of 400 waits up to ~400 ms in its queue - 20
+ * times the attempt timeout. */
 #include "../tools/rtharness.h"
+#include "slowkey.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,19 +27,19 @@ typedef struct fixture {
     char table[1024];
 } fixture;
 
-/* keylessd (2 shards, 2 workers, 2 ms per request when delay) behind a
- * faultproxy with oneway_ms each way. */
-static void dc_start(rh_dc *dc, const char *name, const char *keydir,
-                     const uint8_t *ski, bool delay, unsigned oneway_ms)
+/* keylessd (2 shards, 2 workers) behind a faultproxy with oneway_ms each
+ * way: with slow, the key on the slow token (2 ms per request, 2 at once),
+ * else the key file in keydir. */
+static void dc_start(rh_dc *dc, const char *name, const char *keydir, bool slow,
+                     unsigned oneway_ms)
 {
-    static char flag[2][128];
-    static unsigned n;
-    char *f = flag[n++ % 2];
-    snprintf(f, 128, "--test-delay=%s:2", tp_ski_hex(ski));
-    const char *extra[] = {f, NULL};
+    static const char *slow_key; /* one token for the whole program */
+    if (slow && !slow_key)
+        slow_key = td_slow_key(tp_path("keys/ecdsa-p256.key"), 2, 2);
     dc->name = name;
-    td_opts o = {
-        .name = name, .key_dirs = keydir, .extra = delay ? extra : NULL};
+    td_opts o = {.name = name,
+                 .key_dirs = slow ? NULL : keydir,
+                 .slow_key = slow ? slow_key : NULL};
     td_start(&dc->d, &o);
     fp_start(&dc->p, name, dc->d.port, oneway_ms);
 }
@@ -51,7 +53,7 @@ static void fx_start(fixture *fx, bool spare)
     EVP_PKEY *pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
     tp_ski(pub, fx->ski);
     EVP_PKEY_free(pub);
-    dc_start(&fx->slow, "slow", fx->keydir, fx->ski, true, 0);
+    dc_start(&fx->slow, "slow", fx->keydir, true, 0);
     char text[1024];
     int len = snprintf(text, sizeof text,
                        "servers:\n  - {name: slow, address: \"127.0.0.1:%u\", "
@@ -60,7 +62,7 @@ static void fx_start(fixture *fx, bool spare)
     if (spare) {
         /* 10 ms each way: slower than "slow" when idle, so it is the
          * second choice, and fast when "slow" is queued */
-        dc_start(&fx->spare, "spare", fx->keydir, fx->ski, false, 10);
+        dc_start(&fx->spare, "spare", fx->keydir, false, 10);
         snprintf(text + len, sizeof text - (size_t)len,
                  "  - {name: spare, address: \"127.0.0.1:%u\", region: eu, "
                  "serves: [%s]}\n",

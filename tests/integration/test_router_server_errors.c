@@ -14,6 +14,7 @@
  * exactly the answers the client got with that error. */
 #include "test_router_server_common.h"
 #include "net.h"
+#include "slowkey.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -93,19 +94,20 @@ static void expect_answer(const td_daemon *d, kl_client *c,
 static void test_metrics_name_the_wire_error(void **state)
 {
     (void)state;
-    /* the remote holds P-256 (fast) and P-384 (400 ms per request, so that
-     * a second request arrives while it is in flight) */
+    /* the remote holds P-256 (fast) and P-384 (on a token that takes 400 ms
+     * per request, slowkey.h, so that a second request arrives while it is
+     * in flight) */
     uint8_t s256[20], s384[20], denied[20], ghost[20];
     char *kr = rs_keydir("rs-err-remote", "ecdsa-p256", s256);
-    tp_copy_key(kr, tp_path("keys/ecdsa-p384.key"));
     rs_ski_of("ecdsa-p384", s384);
     memset(denied, 0x33, sizeof denied); /* routed, but not for this client */
     memset(ghost, 0x77, sizeof ghost);   /* routed, unknown at the remote */
-    char delay[128];
-    snprintf(delay, sizeof delay, "--test-delay=%s:400", tp_ski_hex(s384));
-    const char *rextra[] = {delay, NULL};
     td_daemon remote, local;
-    rs_start(&remote, "rs-err-remote", kr, NULL, rextra);
+    td_opts ro = {.name = "rs-err-remote",
+                  .key_dirs = kr,
+                  .slow_key =
+                      td_slow_key(tp_path("keys/ecdsa-p384.key"), 400, 1)};
+    td_start(&remote, &ro);
 
     char table[1100], text[2048], acl[1100], hex[4][41];
     const uint8_t *skis[4] = {s256, s384, denied, ghost};

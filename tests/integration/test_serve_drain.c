@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* SIGTERM drain: keylessd stops accepting, finishes the requests in flight
- * (their answers still arrive), closes the connection and exits 0. */
+ * (their answers still arrive), closes the connection and exits 0. The
+ * requests in flight are on a slow key (a token that takes 1 s per
+ * operation, slowkey.h). */
 #include "daemon.h"
 #include "pki.h"
+#include "slowkey.h"
 #include "testutil.h"
 
 #include <signal.h>
@@ -15,20 +18,24 @@
 
 #define INFLIGHT 4
 
-static char *dir;
+static char *dir, *slow_dir;
 static EVP_PKEY *slow_pub, *fast_pub;
 static uint8_t slow_ski[20], fast_ski[20];
-static char delay[128];
+static const char *slow_key;
 
 static int setup(void **state)
 {
     dir = tp_tempdir("drain");
-    slow_pub = tp_genkey(dir, "slow-p256.key", "EC", "P-256", 0);
+    slow_dir = tp_tempdir("drain-slow");
+    slow_pub = tp_genkey(slow_dir, "slow-p256.key", "EC", "P-256", 0);
     tp_copy_key(dir, tp_path("keys/ecdsa-p256.key"));
     fast_pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
     tp_ski(slow_pub, slow_ski);
     tp_ski(fast_pub, fast_ski);
-    snprintf(delay, sizeof delay, "--test-delay=%s:1000", tp_ski_hex(slow_ski));
+    /* two sessions: two requests run at once, 1 s each */
+    char key[1200];
+    snprintf(key, sizeof key, "%s/slow-p256.key", slow_dir);
+    slow_key = td_slow_key(key, 1000, 2);
     return 0;
 }
 
@@ -37,6 +44,7 @@ static int teardown(void **state)
     EVP_PKEY_free(slow_pub);
     EVP_PKEY_free(fast_pub);
     tp_rmtree(dir);
+    tp_rmtree(slow_dir);
     return 0;
 }
 
@@ -49,10 +57,9 @@ static void sleep_ms(int ms)
 static void drain_with(int sig)
 {
     td_daemon d;
-    const char *extra[] = {delay, NULL};
     td_opts o = {.name = sig == SIGTERM ? "drain-term" : "drain-int",
                  .key_dirs = dir,
-                 .extra = extra};
+                 .slow_key = slow_key};
     static const uint8_t dg[32] = {0x42};
     td_start(&d, &o);
     kl_client *c = td_connect(&d);
@@ -65,7 +72,7 @@ static void drain_with(int sig)
     for (int i = 0; i < INFLIGHT; i++)
         assert_int_equal(kl_client_send(c, &s, &id), KL_OK);
     assert_int_equal(kl_client_flush(c, 5000), KL_OK);
-    /* let the server read them (two workers sleep 1 s per request: the
+    /* let the server read them (two token sessions, 1 s per request: the
      * last answer comes ~2 s later, inside the 5 s drain), then stop it */
     sleep_ms(300);
     double t0 = td_now_ms();

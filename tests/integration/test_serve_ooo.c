@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Protocol P8: responses leave as soon as they are ready, in any order. On
- * one connection a slow request (a test-only delay on its key, then a real
- * RSA-4096 signature) followed by ECDSA requests: the ECDSA answers must
- * not wait behind the slow one. */
+ * one connection a slow request (a key on a token that takes 500 ms per
+ * operation, slowkey.h, then a real RSA-4096 signature) followed by ECDSA
+ * requests: the ECDSA answers must not wait behind the slow one. */
 #include "daemon.h"
 #include "pki.h"
+#include "slowkey.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -17,26 +18,26 @@
 #define DELAY_MS 500
 
 static td_daemon d;
-static char *dir;
+static char *dir, *slow_dir;
 static EVP_PKEY *fast_pub, *slow_pub, *rsa4096_pub;
 static uint8_t fast_ski[20], slow_ski[20], rsa4096_ski[20];
 
 static int setup(void **state)
 {
-    static char delay[128];
-    static const char *extra[2];
     dir = tp_tempdir("ooo");
+    slow_dir = tp_tempdir("ooo-slow");
     tp_copy_key(dir, tp_path("keys/ecdsa-p256.key"));
     fast_pub = tp_load_pub(tp_path("pubkeys/ecdsa-p256.pem"));
-    slow_pub = tp_genkey(dir, "slow-p256.key", "EC", "P-256", 0);
+    slow_pub = tp_genkey(slow_dir, "slow-p256.key", "EC", "P-256", 0);
     rsa4096_pub = tp_genkey(dir, "rsa-4096.key", "RSA", NULL, 4096);
     tp_ski(fast_pub, fast_ski);
     tp_ski(slow_pub, slow_ski);
     tp_ski(rsa4096_pub, rsa4096_ski);
-    snprintf(delay, sizeof delay, "--test-delay=%s:%d", tp_ski_hex(slow_ski),
-             DELAY_MS);
-    extra[0] = delay;
-    td_opts o = {.name = "ooo", .key_dirs = dir, .extra = extra};
+    char key[1200];
+    snprintf(key, sizeof key, "%s/slow-p256.key", slow_dir);
+    td_opts o = {.name = "ooo",
+                 .key_dirs = dir,
+                 .slow_key = td_slow_key(key, DELAY_MS, 1)};
     td_start(&d, &o);
     return 0;
 }
@@ -48,6 +49,7 @@ static int teardown(void **state)
     EVP_PKEY_free(slow_pub);
     EVP_PKEY_free(rsa4096_pub);
     tp_rmtree(dir);
+    tp_rmtree(slow_dir);
     return st == 0 ? 0 : -1;
 }
 
@@ -97,7 +99,7 @@ static int slow_position(uint8_t slow_op, const uint8_t *ski, EVP_PKEY *pub,
     return pos;
 }
 
-/* The delayed request is answered last: all 50 ECDSA answers come first. */
+/* The slow request is answered last: all 50 ECDSA answers come first. */
 static void test_delayed_request_answered_last(void **state)
 {
     double ms = 0;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -164,11 +165,39 @@ static void child_exec(char **argv, const char *log_path, pid_t parent)
     _exit(127);
 }
 
+/* Appends one store entry per item of the comma list to *p. */
+static void add_stores(char **p, char *end, const char *kind, const char *list)
+{
+    char *copy = strdup(list), *save = NULL;
+    assert_non_null(copy);
+    for (char *w = strtok_r(copy, ",", &save); w;
+         w = strtok_r(NULL, ",", &save))
+        *p += snprintf(*p, (size_t)(end - *p), ", {%s: \"%s\"}", kind, w);
+    free(copy);
+    assert_true(*p < end);
+}
+
+/* --private-key-stores for o: the slow token's key, then the key
+ * directories and files. */
+static void stores_flag(const td_opts *o, char *buf, size_t len)
+{
+    char *p = buf, *end = buf + len;
+    p += snprintf(p, len, "--private-key-stores=[{uri: \"%s\"}", o->slow_key);
+    assert_true(p < end);
+    if (o->key_dirs)
+        add_stores(&p, end, "dir", o->key_dirs);
+    if (o->key_files)
+        add_stores(&p, end, "file", o->key_files);
+    assert_true(p + 1 < end);
+    *p++ = ']';
+    *p = 0;
+}
+
 static bool try_start(td_daemon *d, const td_opts *o, bool *port_taken)
 {
     char bin[1024], port[16], shards[16], workers[16];
     char a_port[32], a_cert[1100], a_key[1100], a_ca[1100], a_kd[2100],
-        a_kf[2100];
+        a_kf[2100], a_stores[PATH_MAX + 8192];
     char *argv[64];
     int n = 0;
 
@@ -209,13 +238,19 @@ static bool try_start(td_daemon *d, const td_opts *o, bool *port_taken)
      * would fight over; a test that wants one passes --metrics-port=N in
      * extra (the last flag wins) */
     argv[n++] = "--metrics-port=0";
-    if (o->key_dirs) {
-        snprintf(a_kd, sizeof a_kd, "--private-key-dirs=%s", o->key_dirs);
-        argv[n++] = a_kd;
-    }
-    if (o->key_files) {
-        snprintf(a_kf, sizeof a_kf, "--private-key-files=%s", o->key_files);
-        argv[n++] = a_kf;
+    if (o->slow_key) {
+        /* private_key_dirs and _files would replace the stores */
+        stores_flag(o, a_stores, sizeof a_stores);
+        argv[n++] = a_stores;
+    } else {
+        if (o->key_dirs) {
+            snprintf(a_kd, sizeof a_kd, "--private-key-dirs=%s", o->key_dirs);
+            argv[n++] = a_kd;
+        }
+        if (o->key_files) {
+            snprintf(a_kf, sizeof a_kf, "--private-key-files=%s", o->key_files);
+            argv[n++] = a_kf;
+        }
     }
     for (int i = 0; o->extra && o->extra[i] && n < 62; i++)
         argv[n++] = (char *)o->extra[i];

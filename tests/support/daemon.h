@@ -25,6 +25,10 @@ typedef struct td_opts {
     const char *name;      /* names the log file; default "keylessd" */
     const char *key_dirs;  /* --private-key-dirs (or NULL) */
     const char *key_files; /* --private-key-files (or NULL) */
+    /* A key on a slow token (slowkey.h, td_slow_key's URI), or NULL. With
+     * it the stores are given as --private-key-stores: the token first,
+     * then key_dirs and key_files. */
+    const char *slow_key;
     /* NULL-terminated extra flags, e.g. {"--idle-timeout=1s", NULL} */
     const char *const *extra;
     /* TLS identity and client CA; NULL: the test PKI's server.crt,

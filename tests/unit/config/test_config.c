@@ -347,7 +347,7 @@ static void test_unknown_key_is_warning(void **state)
     kl_config *cfg = kl_config_new();
     const char *text = "port: 1234\nhostnme: example.com\n"
                        "private_key_stores:\n  - dir: /k\n    weird: 1\n"
-                       "test_delay: x\n";
+                       "config_file: x\n";
     assert_int_equal(kl_config_apply_yaml(cfg, "g.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
                      KL_OK);
@@ -361,8 +361,8 @@ static void test_unknown_key_is_warning(void **state)
                                           "ignored");
     /* flag-only options cannot be set from the file */
     assert_string_equal(cfg->warnings[2],
-                        "g.yaml:6: unknown option \"test_delay\" ignored");
-    assert_null(cfg->test_delay);
+                        "g.yaml:6: unknown option \"config_file\" ignored");
+    assert_null(cfg->config_file);
     kl_config_free(cfg);
 
     /* a misspelt entry key: the nearest of dir, file, uri */
@@ -491,36 +491,19 @@ static void test_flag_and_env_errors(void **state)
     kl_config_free(cfg);
 }
 
-static void test_test_delay(void **state)
+/* The test hook --test-delay is gone (tests get slow keys from test-only
+ * code: tests/support/slowkey.h): the flag is unknown like any other. */
+static void test_no_test_delay(void **state)
 {
     kl_config *cfg = kl_config_new();
     assert_int_equal(
         load_args(cfg, tc_no_env,
-                  "--test-delay=D9C69B8E23ABBA7C26FD5D0E282F3DD679741036:250,"
-                  "1b5e422431d15e92e88312c04807591d62c2b687:0",
+                  "--test-delay=D9C69B8E23ABBA7C26FD5D0E282F3DD679741036:250",
                   NULL),
-        KL_OK);
-    assert_int_equal(cfg->ntest_delays, 2);
-    assert_int_equal(cfg->test_delays[0].ski[0], 0xD9);
-    assert_int_equal(cfg->test_delays[0].ski[19], 0x36);
-    assert_int_equal(cfg->test_delays[0].ms, 250);
-    assert_int_equal(cfg->test_delays[1].ski[0], 0x1B);
-    assert_int_equal(cfg->test_delays[1].ms, 0);
+        KL_E_CONFIG);
+    assert_non_null(strstr(errbuf, "--test-delay"));
+    assert_null(kl_config_find("test_delay"));
     kl_config_free(cfg);
-
-    static const char *const bad[] = {
-        "--test-delay=D9C69B8E:5",
-        "--test-delay=D9C69B8E23ABBA7C26FD5D0E282F3DD679741036",
-        "--test-delay=D9C69B8E23ABBA7C26FD5D0E282F3DD679741036:x",
-        "--test-delay=Z9C69B8E23ABBA7C26FD5D0E282F3DD679741036:5",
-        "--test-delay=D9C69B8E23ABBA7C26FD5D0E282F3DD679741036:9999999"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        cfg = kl_config_new();
-        assert_int_equal(load_args(cfg, tc_no_env, bad[i], NULL), KL_E_CONFIG);
-        assert_non_null(strstr(errbuf, "test_delay: "));
-        assert_non_null(strstr(errbuf, "must be SKIHEX:MILLISECONDS"));
-        kl_config_free(cfg);
-    }
 }
 
 static void test_help_generated(void **state)
@@ -568,7 +551,7 @@ int main(void)
         cmocka_unit_test(test_check_collects_every_error),
         cmocka_unit_test(test_empty_and_null),
         cmocka_unit_test(test_flag_and_env_errors),
-        cmocka_unit_test(test_test_delay),
+        cmocka_unit_test(test_no_test_delay),
         cmocka_unit_test(test_help_generated),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

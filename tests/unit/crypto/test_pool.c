@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The cost-class worker pool: results, bounded queues, isolation of the
- * fast class from the slow one, deadlines, draining. */
+ * fast class from the slow one, deadlines, draining. Jobs that must hold a
+ * worker for a while are made slow by the test-only wrapper of the crypto
+ * call (slowexec.h). */
 #include "cryptotest.h"
 
 #include <pthread.h>
@@ -8,6 +10,7 @@
 
 #include "core/time.h"
 #include "crypto/pool.h"
+#include "slowexec.h"
 
 static kl_keystore *ks;
 
@@ -77,6 +80,7 @@ static void make_job(tjob *t, const kl_key *k, uint8_t op, size_t in_len,
     t->job.done = on_done;
     t->job.owner = t;
     t->order = -1;
+    slow_job(&t->job, 0);
 }
 
 static void submit(kl_pool *p, tjob *t)
@@ -164,7 +168,7 @@ static void test_queue_limits(void **state)
     tjob blocker, f[3], s[4];
     reset_done();
     make_job(&blocker, ec, 0x15, 32, 0);
-    blocker.job.test_delay_us = 200000;
+    slow_job(&blocker.job, 200000);
     submit(p, &blocker);
     wait_queue_empty(p, KL_COST_FAST); /* the worker holds it, asleep */
     for (int i = 0; i < 2; i++) {
@@ -191,9 +195,9 @@ static void test_queue_limits(void **state)
     assert_int_equal(done_count, 6);
 }
 
-/* 6 slow jobs (200 ms each) then 20 fast ones on 2 workers: the slow class
- * may hold only one worker, so every fast job is done long before the
- * first slow one. */
+/* 6 long slow jobs (RSA-3072, made to take 200 ms each) then 20 fast ones
+ * on 2 workers: the slow class may hold only one worker, so every fast job
+ * is done long before the first slow one. */
 static void test_fast_class_isolated_from_slow(void **state)
 {
     (void)state;
@@ -203,8 +207,8 @@ static void test_fast_class_isolated_from_slow(void **state)
     reset_done();
     uint64_t t0 = kl_now_ns();
     for (int i = 0; i < 6; i++) {
-        make_job(&slow[i], ct_key(ks, "rsa-2048"), 0x05, 32, (uint8_t)i);
-        slow[i].job.test_delay_us = 200000;
+        make_job(&slow[i], ct_key(ks, "rsa-3072"), 0x05, 32, (uint8_t)i);
+        slow_job(&slow[i].job, 200000);
         submit(p, &slow[i]);
     }
     for (int i = 0; i < 20; i++) {
@@ -247,7 +251,7 @@ static void test_single_worker_alternates(void **state)
     tjob blocker, s[3], f[3];
     reset_done();
     make_job(&blocker, ct_key(ks, "ed25519"), 0x18, 8, 0);
-    blocker.job.test_delay_us = 100000;
+    slow_job(&blocker.job, 100000);
     submit(p, &blocker);
     wait_queue_empty(p, KL_COST_FAST);
     for (int i = 0; i < 3; i++) {
@@ -270,31 +274,41 @@ static void test_single_worker_alternates(void **state)
 static void test_deadlines(void **state)
 {
     (void)state;
-    kl_pool_opts o = {.workers = 2};
+    kl_pool_opts o = {.workers = 1};
     kl_pool *p = kl_pool_new(&o);
-    tjob late, cannot_finish, ok;
+    tjob late, blocker, expires, ok;
     reset_done();
     make_job(&late, ct_key(ks, "rsa-2048"), 0x05, 32, 1);
     late.job.deadline_ns = kl_now_ns() - 1;
     memset(late.out, 0xAA, sizeof late.out);
     submit(p, &late);
-    /* 10 ms left but 50 ms of (simulated) work: never started */
-    make_job(&cannot_finish, ct_key(ks, "ecdsa-p256"), 0x15, 32, 2);
-    cannot_finish.job.deadline_ns = kl_now_ns() + 10000000ull;
-    cannot_finish.job.test_delay_us = 50000;
-    memset(cannot_finish.out, 0xAA, sizeof cannot_finish.out);
-    submit(p, &cannot_finish);
-    make_job(&ok, ct_key(ks, "ecdsa-p256"), 0x15, 32, 3);
+    wait_done(1);
+    /* the worker busy for 50 ms, and behind it a job with 10 ms left: its
+     * deadline passes in the queue, so it never starts */
+    make_job(&blocker, ct_key(ks, "ecdsa-p256"), 0x15, 32, 2);
+    slow_job(&blocker.job, 50000);
+    submit(p, &blocker);
+    wait_queue_empty(p, KL_COST_FAST); /* the worker holds it */
+    make_job(&expires, ct_key(ks, "ecdsa-p256"), 0x15, 32, 3);
+    expires.job.deadline_ns = kl_now_ns() + 10000000ull;
+    memset(expires.out, 0xAA, sizeof expires.out);
+    submit(p, &expires);
+    make_job(&ok, ct_key(ks, "ecdsa-p256"), 0x15, 32, 4);
     ok.job.deadline_ns = kl_now_ns() + 60ull * 1000000000ull;
     submit(p, &ok);
-    wait_done(3);
+    wait_done(4);
     uint8_t aa[sizeof late.out];
     memset(aa, 0xAA, sizeof aa);
     assert_int_equal(late.job.err, KL_ERR_INTERNAL);
     assert_int_equal(late.job.out_len, 0);
     assert_memory_equal(late.out, aa, sizeof aa); /* no crypto ran */
-    assert_int_equal(cannot_finish.job.err, KL_ERR_INTERNAL);
-    assert_memory_equal(cannot_finish.out, aa, sizeof aa);
+    assert_int_equal(late.job.started_ns, 0);
+    assert_int_equal(blocker.job.err, KL_ERR_NONE);
+    assert_int_equal(expires.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(expires.job.out_len, 0);
+    assert_memory_equal(expires.out, aa, sizeof aa);
+    assert_int_equal(expires.job.started_ns, 0);
+    assert_true(expires.order > blocker.order);
     assert_int_equal(ok.job.err, KL_ERR_NONE);
     assert_true(ok.job.out_len > 0);
     kl_pool_free(p);
@@ -313,7 +327,7 @@ static void test_abandoned_and_estimate(void **state)
     reset_done();
     make_job(&a, ct_key(ks, "ecdsa-p256"), 0x15, 32, 4);
     a.job.abandoned = &gone;
-    a.job.test_delay_us = 2000000; /* would take 2 s if it ran */
+    slow_job(&a.job, 2000000); /* would take 2 s if it ran */
     memset(a.out, 0xAA, sizeof a.out);
     make_job(&b, ct_key(ks, "rsa-2048"), 0x05, 32, 5);
     b.job.abandoned = &here;
