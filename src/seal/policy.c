@@ -294,11 +294,12 @@ static bool chain_add(parser *p, node *chain, node *kid)
 
 static node *parse_or(parser *p, unsigned depth);
 
-/* The current token as a value (after '=', '!=' or in an 'in' list). */
-static char *take_value(parser *p, const char *after)
+/* The current token as a value (after '=', '!=' or in an 'in' list);
+ * after_eq: right after a '=' token, where another '=' is a '=='. */
+static char *take_value(parser *p, const char *after, bool after_eq)
 {
     tok t = p->t;
-    if (t.k == T_EQ && t.pos > 0 && p->s[t.pos - 1] == '=') {
+    if (after_eq && t.k == T_EQ && p->s[t.pos - 1] == '=') {
         fail(p, KL_E_BAD_VALUE, t.pos - 1,
              "'==' is not an operator; write '='");
         return NULL;
@@ -351,7 +352,7 @@ static bool parse_list(parser *p, node *n)
     next(p);
     const char *after = "in the 'in' list";
     for (;;) {
-        char *v = take_value(p, after);
+        char *v = take_value(p, after, false);
         if (!v)
             return false;
         char **vals = realloc(n->vals, (n->n + 1) * sizeof *vals);
@@ -444,7 +445,8 @@ static node *parse_comparison(parser *p)
         node_free(n);
         return NULL;
     }
-    n->vals[0] = take_value(p, k == K_EQ ? "after '='" : "after '!='");
+    n->vals[0] =
+        take_value(p, k == K_EQ ? "after '='" : "after '!='", k == K_EQ);
     if (!n->vals[0]) {
         node_free(n);
         return NULL;
@@ -620,7 +622,7 @@ kl_status kl_policy_print(const kl_policy *p, char *buf, size_t cap,
         *len = 0;
     if (!p || !p->root)
         return KL_E_BAD_VALUE;
-    out o = {buf, cap, 0};
+    out o = {buf, buf ? cap : 0, 0};
     print_node(&o, p->root);
     if (len)
         *len = o.len;

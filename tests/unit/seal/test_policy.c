@@ -262,6 +262,9 @@ static void test_print_buffer(void **state)
     char buf[32];
     assert_int_equal(kl_policy_print(p, NULL, 0, &len), KL_E_TOO_LARGE);
     assert_int_equal(len, n);
+    len = 0;
+    assert_int_equal(kl_policy_print(p, NULL, 64, &len), KL_E_TOO_LARGE);
+    assert_int_equal(len, n); /* no buffer is no room, whatever cap says */
     memset(buf, 'x', sizeof buf);
     assert_int_equal(kl_policy_print(p, buf, n, &len), KL_E_TOO_LARGE);
     assert_int_equal(len, n);
@@ -367,6 +370,8 @@ static void test_err_names_values(void **state)
     bad("region or x=y", 7,
         "expected '=', '!=' or 'in' after the attribute name, found 'or'");
     bad("a==b", 1, "'==' is not an operator; write '='");
+    bad("a= =b", 3, "expected a value after '=', found '='");
+    bad("a!==b", 3, "expected a value after '!=', found '='");
     bad("a=\"eu\"", 2, "expected a value after '=', found '\"'");
     bad("a=eu/west", 4, "expected 'and', 'or' or the end, found '/'");
     bad("a=\xc3\xa9", 2, "expected a value after '=', found byte 0xc3");
