@@ -72,8 +72,8 @@ void kl_policy_free(kl_policy *p);
  * form would be longer), so a buffer of KL_POLICY_MAX_LEN + 1 always
  * suffices. *len (when not NULL) gets the length without the NUL, also
  * when buf is too small (or NULL, to measure), which returns
- * KL_E_TOO_LARGE. The same policy
- * always prints the same bytes, and parsing them gives an equal policy. */
+ * KL_E_TOO_LARGE. The same policy always prints the same bytes, and
+ * parsing them gives an equal policy. */
 KL_WUR kl_status kl_policy_print(const kl_policy *p, char *buf, size_t cap,
                                  size_t *len);
 
