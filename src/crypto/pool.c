@@ -46,6 +46,8 @@ kl_pool *kl_pool_new(const kl_pool_opts *opts)
     }
     p->blk.want = opts && opts->blocking_workers > 0 ? opts->blocking_workers
                                                      : KL_POOL_DEFAULT_BLOCKING;
+    atomic_init(&p->blk.lanes, p->blk.want);
+    atomic_init(&p->blk.busy, 0);
     p->stop_grace_ns =
         (opts && opts->stop_grace_ms > 0 ? (uint64_t)opts->stop_grace_ms
                                          : DEFAULT_STOP_GRACE_MS) *

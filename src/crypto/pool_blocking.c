@@ -24,6 +24,18 @@
 #include "core/time.h"
 #include "crypto/pool_int.h"
 
+/* The moving average of a token call's wall time (a token call waits on
+ * the device, so its time is wall time, not CPU): admission control's
+ * estimate for the blocking class (kl_pool_wait_estimate). Every call is
+ * timed - a token call takes milliseconds, the clock read nanoseconds. */
+static void note_call_time(kl_pool *p, uint64_t took)
+{
+    _Atomic uint64_t *e = &p->cost.exec_ns[KL_COST_BLOCKING];
+    uint64_t avg = atomic_load_explicit(e, memory_order_relaxed);
+    avg = avg ? avg - avg / 8 + took / 8 : took;
+    atomic_store_explicit(e, avg, memory_order_relaxed);
+}
+
 /* Runs a blocking job on private buffers (see the top of the file). Called
  * and returns with the lock held. */
 static void run_blocking(kl_pool *p, bslot *slot, kl_job *job)
@@ -50,9 +62,13 @@ static void run_blocking(kl_pool *p, bslot *slot, kl_job *job)
     size_t out_len = 0;
     uint8_t err = KL_ERR_INTERNAL; /* P6 shedding: no crypto for the late */
     uint64_t started = kl_now_ns();
-    if (!deadline || started <= deadline)
+    if (!deadline || started <= deadline) {
+        atomic_fetch_add_explicit(&p->blk.busy, 1, memory_order_relaxed);
         err = kl_crypto_exec_deadline(key, opcode, buf, in_len, buf + in_len,
                                       cap, &out_len, deadline);
+        note_call_time(p, kl_now_ns() - started);
+        atomic_fetch_sub_explicit(&p->blk.busy, 1, memory_order_relaxed);
+    }
 
     pthread_mutex_lock(&p->mu);
     bool mine = !slot->answered;
@@ -152,6 +168,7 @@ void kl_pool_set_blocking_workers(kl_pool *p, int n)
     if (n != p->blk.want && !p->stopping) {
         int was = p->blk.want;
         p->blk.want = n;
+        atomic_store_explicit(&p->blk.lanes, n, memory_order_relaxed);
         /* grow now if the class is in use; else on its first job */
         if (p->blk.started > 0)
             kl_pool_blocking_start(p);

@@ -69,6 +69,8 @@ typedef struct bslot {
 typedef struct kl_pool_blocking {
     pthread_cond_t cv; /* blocking workers wait here */
     int want;          /* how many may run token calls (resizable) */
+    atomic_int lanes;  /* want, for kl_pool_wait_estimate without the lock */
+    atomic_int busy;   /* workers inside a token call (the same) */
     pthread_t *threads;
     bslot **slots; /* pointers: a thread keeps its slot across a resize */
     int started, cap;

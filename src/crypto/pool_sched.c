@@ -172,11 +172,24 @@ void kl_pool_run_here(kl_pool *p, kl_job *job)
 
 uint64_t kl_pool_wait_estimate(const kl_pool *p, kl_cost_class c)
 {
-    if (!p || c == KL_COST_BLOCKING || (int)c < 0 || c >= KL_COST_CLASSES)
+    if (!p || (int)c < 0 || c >= KL_COST_CLASSES)
         return 0;
     uint64_t avg =
         atomic_load_explicit(&p->cost.exec_ns[c], memory_order_relaxed);
     uint64_t queued = atomic_load_explicit(&p->q[c].len, memory_order_relaxed);
+    if (c == KL_COST_BLOCKING) {
+        /* the calls running and queued ahead, over the token sessions, then
+         * its own call. A job that finds a session free is always taken:
+         * after a token hung once (a huge average) the next calls must
+         * still run, or the average would never come down again. */
+        int lanes = atomic_load_explicit(&p->blk.lanes, memory_order_relaxed);
+        int busy = atomic_load_explicit(&p->blk.busy, memory_order_relaxed);
+        if (lanes < 1)
+            lanes = 1;
+        if (!queued && busy < lanes)
+            return 0;
+        return avg * (queued + (uint64_t)busy) / (uint64_t)lanes + avg;
+    }
     /* workers and max_slow change only at creation */
     uint64_t lanes =
         (uint64_t)(c == KL_COST_SLOW ? p->sched.max_slow : p->sched.workers);
