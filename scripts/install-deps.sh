@@ -13,9 +13,11 @@ pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-dev
       libssl-dev openssl libyaml-dev libjansson-dev libcmocka-dev
       python3 procps iproute2 libp11-kit-dev p11-kit softhsm2 opensc
       libmicrohttpd-dev libcurl4-openssl-dev prometheus nginx-light haproxy curl gnuplot-nox nghttp2-client
+      etcd-server etcd-client
       ${KL_EXTRA_PKGS:-})
 # package -> the service unit it would enable
-declare -A services=([nginx-light]=nginx [haproxy]=haproxy [prometheus]=prometheus)
+declare -A services=([nginx-light]=nginx [haproxy]=haproxy [prometheus]=prometheus
+                   [etcd-server]=etcd)
 
 missing=()
 for p in "${pkgs[@]}"; do
