@@ -86,8 +86,9 @@ kl_status kl_etcd_new(const kl_etcd_opts *o, kl_etcd **out, char *err,
         return KL_E_CONFIG;
     }
     if (!o->cert_file != !o->key_file) {
-        kl_errf(err, errlen, "an etcd client certificate needs its key and "
-                             "a key its certificate");
+        kl_errf(err, errlen,
+                "an etcd client certificate needs its key and "
+                "a key its certificate");
         return KL_E_CONFIG;
     }
     KL_GUARD(check_file("CA file", o->ca_file, err, errlen));
@@ -95,8 +96,8 @@ kl_status kl_etcd_new(const kl_etcd_opts *o, kl_etcd **out, char *err,
     KL_GUARD(check_file("client key", o->key_file, err, errlen));
     for (size_t i = 0; i < o->n_endpoints; i++) {
         const char *e = o->endpoints[i];
-        if (!e || (strncmp(e, "http://", 7) != 0 &&
-                   strncmp(e, "https://", 8) != 0)) {
+        if (!e ||
+            (strncmp(e, "http://", 7) != 0 && strncmp(e, "https://", 8) != 0)) {
             kl_errf(err, errlen,
                     "etcd endpoint %s is not an http:// or https:// URL",
                     e ? e : "(null)");
@@ -183,8 +184,7 @@ bool etcd_curl_failover(CURLcode rc)
     case CURLE_GOT_NOTHING:
     case CURLE_PARTIAL_FILE:
     case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_OPERATION_TIMEDOUT:
-        return true;
+    case CURLE_OPERATION_TIMEDOUT: return true;
     default: return false;
     }
 }
@@ -196,8 +196,7 @@ kl_status etcd_curl_explain(CURLcode rc, const char *detail,
     const char *d = detail && detail[0] ? detail : curl_easy_strerror(rc);
     switch (rc) {
     case CURLE_OPERATION_TIMEDOUT:
-        kl_errf(err, errlen, "etcd at %s: no answer in time (%s)", endpoint,
-                d);
+        kl_errf(err, errlen, "etcd at %s: no answer in time (%s)", endpoint, d);
         return KL_E_TIMEOUT;
     case CURLE_WRITE_ERROR:
         kl_errf(err, errlen,
@@ -214,6 +213,19 @@ kl_status etcd_curl_explain(CURLcode rc, const char *detail,
                 "client certificate",
                 endpoint, d);
         return KL_E_TLS;
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+        /* TLS 1.3: a refused client certificate is an alert on the first
+         * read, after the handshake */
+        if (strstr(d, "alert")) {
+            kl_errf(err, errlen,
+                    "etcd at %s: TLS failed (%s): check the client "
+                    "certificate and that etcd's CA signed it",
+                    endpoint, d);
+            return KL_E_TLS;
+        }
+        kl_errf(err, errlen, "etcd at %s: %s", endpoint, d);
+        return KL_E_IO;
     case CURLE_OUT_OF_MEMORY:
         kl_errf(err, errlen, "etcd at %s: out of memory", endpoint);
         return KL_E_NOMEM;
@@ -245,8 +257,12 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg)
 }
 
 /* gRPC status codes the gateway puts into an error answer */
-enum { G_DEADLINE = 4, G_NOT_FOUND = 5, G_OUT_OF_RANGE = 11,
-       G_UNAVAILABLE = 14 };
+enum {
+    G_DEADLINE = 4,
+    G_NOT_FOUND = 5,
+    G_OUT_OF_RANGE = 11,
+    G_UNAVAILABLE = 14
+};
 
 /* An HTTP answer that is not 200: the gateway's error. Sets *next when
  * another member may do better (this one has no leader, or is stopping). */
@@ -256,8 +272,9 @@ static kl_status http_error(long code, const sink *s, const char *ep,
     kl_etcd_error e;
     *next = code == 502 || code == 503;
     if (!s->data || !kl_etcd_parse_error(s->data, s->len, &e)) {
-        kl_errf(err, errlen, "etcd at %s: HTTP %ld without an etcd error "
-                             "(not an etcd gateway?)",
+        kl_errf(err, errlen,
+                "etcd at %s: HTTP %ld without an etcd error "
+                "(not an etcd gateway?)",
                 ep, code);
         return KL_E_KEY;
     }
@@ -271,8 +288,8 @@ static kl_status http_error(long code, const sink *s, const char *ep,
     }
 }
 
-kl_status etcd_post(kl_etcd *c, const char *path, const char *json,
-                    char **body, size_t *len, char *err, size_t errlen)
+kl_status etcd_post(kl_etcd *c, const char *path, const char *json, char **body,
+                    size_t *len, char *err, size_t errlen)
 {
     *body = NULL;
     *len = 0;
@@ -329,8 +346,7 @@ kl_status etcd_post(kl_etcd *c, const char *path, const char *json,
                 st = *body ? KL_OK : KL_E_NOMEM;
                 goto out;
             }
-            st = http_error(code, &s, f->endpoints[ep], &next, one,
-                            sizeof one);
+            st = http_error(code, &s, f->endpoints[ep], &next, one, sizeof one);
         } else {
             st = etcd_curl_explain(rc, detail, f->endpoints[ep],
                                    f->max_response, one, sizeof one);
@@ -342,8 +358,8 @@ kl_status etcd_post(kl_etcd *c, const char *path, const char *json,
             kl_errf(err, errlen, "%s", one);
             goto out;
         }
-        int w = snprintf(why + wl, sizeof why - wl, "%s%s", wl ? "; " : "",
-                         one);
+        int w =
+            snprintf(why + wl, sizeof why - wl, "%s%s", wl ? "; " : "", one);
         if (w > 0)
             wl = wl + (size_t)w < sizeof why ? wl + (size_t)w : sizeof why - 1;
     }
@@ -352,8 +368,8 @@ kl_status etcd_post(kl_etcd *c, const char *path, const char *json,
     c->cur = (c->cur + 1) % f->n;
     if (st == KL_E_TIMEOUT || kl_now_ms() >= deadline) {
         st = KL_E_TIMEOUT;
-        kl_errf(err, errlen, "etcd: no answer within %ld ms: %s",
-                f->timeout_ms, wl ? why : "no endpoint tried");
+        kl_errf(err, errlen, "etcd: no answer within %ld ms: %s", f->timeout_ms,
+                wl ? why : "no endpoint tried");
     } else {
         if (st != KL_E_TLS)
             st = KL_E_IO;

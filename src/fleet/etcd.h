@@ -69,8 +69,8 @@ typedef struct kl_etcd_page {
     /* the store's revision when etcd answered: what a read at the latest
      * revision saw (a read at an older revision still gets the current) */
     int64_t revision;
-    int64_t count;    /* keys in the whole range (not only this page) */
-    bool more;        /* more keys after the last one returned */
+    int64_t count; /* keys in the whole range (not only this page) */
+    bool more;     /* more keys after the last one returned */
 } kl_etcd_page;
 
 void kl_etcd_kv_clear(kl_etcd_kv *kv);
@@ -177,13 +177,12 @@ bool kl_etcd_watch_connected(const kl_etcd_watch *w);
 /* ---- the answers' parsers (pure; etcd_json.c, fuzzed) ----------------- */
 
 /* Each takes one JSON answer body of len bytes (not NUL-terminated). */
-kl_status kl_etcd_parse_range(const char *body, size_t len,
-                              kl_etcd_page *r, char *err,
-                              size_t errlen) KL_WUR;
+kl_status kl_etcd_parse_range(const char *body, size_t len, kl_etcd_page *r,
+                              char *err, size_t errlen) KL_WUR;
 /* A put, delete, compaction or revoke answer: the header's revision and,
  * for a delete, "deleted" (both may be NULL). */
-kl_status kl_etcd_parse_write(const char *body, size_t len,
-                              int64_t *revision, int64_t *deleted, char *err,
+kl_status kl_etcd_parse_write(const char *body, size_t len, int64_t *revision,
+                              int64_t *deleted, char *err,
                               size_t errlen) KL_WUR;
 kl_status kl_etcd_parse_lease(const char *body, size_t len, bool keepalive,
                               int64_t *id, int64_t *ttl, char *err,

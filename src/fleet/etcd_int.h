@@ -40,8 +40,8 @@ kl_status etcd_curl_explain(CURLcode rc, const char *detail,
  * the endpoints within the call's timeout. On KL_OK *body (malloc'd,
  * NUL-terminated, *len bytes) is a 200 answer; an error answer of the
  * gateway becomes its status and message. */
-kl_status etcd_post(kl_etcd *c, const char *path, const char *json,
-                    char **body, size_t *len, char *err, size_t errlen);
+kl_status etcd_post(kl_etcd *c, const char *path, const char *json, char **body,
+                    size_t *len, char *err, size_t errlen);
 
 /* The key after every key that starts with prefix: prefix with its last
  * byte below 0xff incremented and the rest dropped; "\0" (etcd: to the

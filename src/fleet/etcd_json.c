@@ -117,8 +117,8 @@ kl_status kl_etcd_unb64(const char *s, size_t slen, uint8_t **out,
 
 /* ---- fields ---------------------------------------------------------- */
 
-static kl_status load(const char *body, size_t len, json_t **root,
-                      char *err, size_t errlen)
+static kl_status load(const char *body, size_t len, json_t **root, char *err,
+                      size_t errlen)
 {
     json_error_t je;
     *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
@@ -252,8 +252,8 @@ static bool error_of(const json_t *root, kl_etcd_error *e)
     } else if (!msg || !json_is_string(msg)) {
         msg = er;
     }
-    e->code = json_is_integer(code) ? (int)(json_integer_value(code) & 0xff)
-                                    : 0;
+    e->code =
+        json_is_integer(code) ? (int)(json_integer_value(code) & 0xff) : 0;
     if (json_is_string(msg))
         copy_text(e->message, sizeof e->message, json_string_value(msg),
                   json_string_length(msg));
@@ -304,13 +304,13 @@ static kl_status parse_kv(const json_t *o, kl_etcd_kv *kv, char *err,
     memset(kv, 0, sizeof *kv);
     kl_status st;
     if (!json_is_object(o)) {
-        kl_errf(err, errlen, "etcd's answer has a key-value that is not an "
-                             "object");
+        kl_errf(err, errlen,
+                "etcd's answer has a key-value that is not an "
+                "object");
         return KL_E_KEY;
     }
     if ((st = get_bytes(o, "key", &kv->key, &kv->key_len, err, errlen)) ||
-        (st = get_bytes(o, "value", &kv->value, &kv->value_len, err,
-                        errlen)) ||
+        (st = get_bytes(o, "value", &kv->value, &kv->value_len, err, errlen)) ||
         (st = get_i64(o, "create_revision", &kv->create_revision, err,
                       errlen)) ||
         (st = get_i64(o, "mod_revision", &kv->mod_revision, err, errlen)) ||
@@ -322,8 +322,8 @@ static kl_status parse_kv(const json_t *o, kl_etcd_kv *kv, char *err,
     return KL_OK;
 }
 
-kl_status kl_etcd_parse_range(const char *body, size_t len,
-                              kl_etcd_page *r, char *err, size_t errlen)
+kl_status kl_etcd_parse_range(const char *body, size_t len, kl_etcd_page *r,
+                              char *err, size_t errlen)
 {
     memset(r, 0, sizeof *r);
     json_t *root;
@@ -336,8 +336,9 @@ kl_status kl_etcd_parse_range(const char *body, size_t len,
         (st = get_bool(root, "more", &r->more, err, errlen)))
         goto out;
     if (kvs && !json_is_array(kvs)) {
-        kl_errf(err, errlen, "etcd's answer has a \"kvs\" that is not an "
-                             "array");
+        kl_errf(err, errlen,
+                "etcd's answer has a \"kvs\" that is not an "
+                "array");
         st = KL_E_KEY;
         goto out;
     }
@@ -361,9 +362,8 @@ out:
     return st;
 }
 
-kl_status kl_etcd_parse_write(const char *body, size_t len,
-                              int64_t *revision, int64_t *deleted, char *err,
-                              size_t errlen)
+kl_status kl_etcd_parse_write(const char *body, size_t len, int64_t *revision,
+                              int64_t *deleted, char *err, size_t errlen)
 {
     int64_t rev = 0, del = 0;
     json_t *root;
@@ -393,8 +393,7 @@ kl_status kl_etcd_parse_lease(const char *body, size_t len, bool keepalive,
         goto out;
     /* a keepalive is a stream: its one answer comes as {"result":{..}} */
     res = root;
-    if (keepalive && (st = get_object(root, "result", &res, true, err,
-                                      errlen)))
+    if (keepalive && (st = get_object(root, "result", &res, true, err, errlen)))
         goto out;
     int64_t rev;
     if ((st = header_revision(res, &rev, err, errlen)) ||
@@ -418,8 +417,8 @@ out:
 }
 
 /* One event of a watch answer, delivered to cb. */
-static kl_status watch_event(const json_t *ev, kl_etcd_watch_cb cb,
-                             void *arg, char *err, size_t errlen)
+static kl_status watch_event(const json_t *ev, kl_etcd_watch_cb cb, void *arg,
+                             char *err, size_t errlen)
 {
     if (!json_is_object(ev)) {
         kl_errf(err, errlen, "a watch event from etcd is not an object");
@@ -434,8 +433,9 @@ static kl_status watch_event(const json_t *ev, kl_etcd_watch_cb cb,
         } else if (t && strcmp(t, "DELETE") == 0) {
             e.type = KL_ETCD_DELETE;
         } else {
-            kl_errf(err, errlen, "a watch event from etcd has an unknown "
-                                 "type");
+            kl_errf(err, errlen,
+                    "a watch event from etcd has an unknown "
+                    "type");
             return KL_E_KEY;
         }
     }
@@ -480,8 +480,9 @@ kl_status kl_etcd_parse_watch(const char *body, size_t len,
         goto out;
     evs = json_object_get(res, "events");
     if (evs && !json_is_array(evs)) {
-        kl_errf(err, errlen, "a watch answer from etcd has \"events\" that "
-                             "is not an array");
+        kl_errf(err, errlen,
+                "a watch answer from etcd has \"events\" that "
+                "is not an array");
         st = KL_E_KEY;
         goto out;
     }

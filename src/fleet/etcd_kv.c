@@ -184,8 +184,7 @@ kl_status kl_etcd_delete(kl_etcd *c, const void *key, size_t key_len,
     free(end);
     char *body;
     size_t len;
-    KL_GUARD(call(c, "/v3/kv/deleterange", req, ok, &body, &len, err,
-                  errlen));
+    KL_GUARD(call(c, "/v3/kv/deleterange", req, ok, &body, &len, err, errlen));
     kl_status st =
         kl_etcd_parse_write(body, len, revision, deleted, err, errlen);
     free(body);
@@ -202,8 +201,7 @@ kl_status kl_etcd_compact(kl_etcd *c, int64_t revision, char *err,
               set(req, "physical", json_true());
     char *body;
     size_t len;
-    KL_GUARD(call(c, "/v3/kv/compaction", req, ok, &body, &len, err,
-                  errlen));
+    KL_GUARD(call(c, "/v3/kv/compaction", req, ok, &body, &len, err, errlen));
     kl_status st = kl_etcd_parse_write(body, len, NULL, NULL, err, errlen);
     free(body);
     return st;
@@ -228,9 +226,9 @@ kl_status kl_etcd_lease_grant(kl_etcd *c, int64_t ttl, int64_t *id,
     kl_status st = kl_etcd_parse_lease(body, len, false, id, &t, err, errlen);
     free(body);
     if (st == KL_OK && (*id == 0 || t <= 0)) {
-        kl_errf(err, errlen, "etcd granted no lease (ID %" PRId64
-                             ", TTL %" PRId64 ")",
-                *id, t);
+        kl_errf(err, errlen,
+                "etcd granted no lease (ID %" PRId64 ", TTL %" PRId64 ")", *id,
+                t);
         *id = 0;
         return KL_E_KEY;
     }
@@ -247,25 +245,23 @@ kl_status kl_etcd_lease_keepalive(kl_etcd *c, int64_t id, int64_t *ttl,
     bool ok = set(req, "ID", ji64(id));
     char *body;
     size_t len;
-    KL_GUARD(
-        call(c, "/v3/lease/keepalive", req, ok, &body, &len, err, errlen));
+    KL_GUARD(call(c, "/v3/lease/keepalive", req, ok, &body, &len, err, errlen));
     int64_t got;
-    kl_status st =
-        kl_etcd_parse_lease(body, len, true, &got, ttl, err, errlen);
+    kl_status st = kl_etcd_parse_lease(body, len, true, &got, ttl, err, errlen);
     free(body);
     /* a lease that is gone comes back with no TTL */
     if (st == KL_OK && *ttl <= 0) {
         *ttl = 0;
-        kl_errf(err, errlen, "etcd lease %" PRId64 " is gone (expired or "
-                             "revoked)",
+        kl_errf(err, errlen,
+                "etcd lease %" PRId64 " is gone (expired or "
+                "revoked)",
                 id);
         return KL_E_NOT_FOUND;
     }
     return st;
 }
 
-kl_status kl_etcd_lease_revoke(kl_etcd *c, int64_t id, char *err,
-                               size_t errlen)
+kl_status kl_etcd_lease_revoke(kl_etcd *c, int64_t id, char *err, size_t errlen)
 {
     json_t *req = json_object();
     bool ok = set(req, "ID", ji64(id));

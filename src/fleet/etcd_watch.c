@@ -166,13 +166,13 @@ static void on_message(kl_etcd_watch *w, const char *line, size_t len)
     const char *ep = w->conf.endpoints[w->ep];
     kl_etcd_watch_msg m;
     char err[256];
-    kl_status st = kl_etcd_parse_watch(line, len, &m, deliver, w, err,
-                                       sizeof err);
+    kl_status st =
+        kl_etcd_parse_watch(line, len, &m, deliver, w, err, sizeof err);
     if (st != KL_OK) {
         fail(w, st, "etcd at %s: watch: %s", ep, err);
     } else if (m.error.code >= 0) {
-        fail(w, KL_E_IO, "etcd at %s: watch: %s (code %d)", ep,
-             m.error.message, m.error.code);
+        fail(w, KL_E_IO, "etcd at %s: watch: %s (code %d)", ep, m.error.message,
+             m.error.code);
     } else if (m.compact_revision > 0) {
         w->compacted = true;
         kl_etcd_event ev = {.type = KL_ETCD_COMPACTED,
@@ -295,8 +295,7 @@ static kl_status connect_ep(kl_etcd_watch *w)
 }
 
 /* The transfer ended: why, then the next endpoint for the next step. */
-static kl_status ended(kl_etcd_watch *w, CURLcode rc, char *err,
-                       size_t errlen)
+static kl_status ended(kl_etcd_watch *w, CURLcode rc, char *err, size_t errlen)
 {
     const char *ep = w->conf.endpoints[w->ep];
     long code = 0;
@@ -339,8 +338,8 @@ kl_status kl_etcd_watch_step(kl_etcd_watch *w, int timeout_ms,
         KL_GUARD(connect_ep(w));
     w->cb = cb;
     w->arg = arg;
-    uint64_t deadline = kl_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms
-                                                                : 0);
+    uint64_t deadline =
+        kl_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     kl_status st = KL_OK;
     for (;;) {
         int running = 0;

@@ -110,8 +110,32 @@ static inline void ec_wait_events(kl_etcd_watch *w, ec_events *ev, size_t n,
             ec_sleep_ms(50); /* a reconnect's backoff */
     }
     if (ev->n != n)
-        fail_msg("%zu watch events, want %zu (last error: %s)", ev->n, n,
+        fail_msg("%zu watch events, want %zu (last error: %s)", ev->n, n, err);
+}
+
+/* Steps the watch until an event of revision rev arrives. */
+static inline void ec_wait_rev(kl_etcd_watch *w, ec_events *ev, int64_t rev,
+                               int timeout_ms)
+{
+    char err[512] = "";
+    double until = td_now_ms() + timeout_ms;
+    while ((ev->n == 0 || ev->e[ev->n - 1].rev < rev) && td_now_ms() < until) {
+        if (kl_etcd_watch_step(w, 100, ec_collect, ev, err, sizeof err) !=
+            KL_OK)
+            ec_sleep_ms(50);
+    }
+    if (ev->n == 0 || ev->e[ev->n - 1].rev != rev)
+        fail_msg("no watch event at revision %ld (last error: %s)", (long)rev,
                  err);
+}
+
+/* Revisions only go up: nothing delivered twice or out of order. */
+static inline void ec_check_order(const ec_events *ev)
+{
+    for (size_t i = 1; i < ev->n; i++)
+        if (ev->e[i].rev <= ev->e[i - 1].rev)
+            fail_msg("event %zu at revision %ld after %ld", i,
+                     (long)ev->e[i].rev, (long)ev->e[i - 1].rev);
 }
 
 static inline void ec_wait_connected(kl_etcd_watch *w, ec_events *ev)
@@ -119,8 +143,7 @@ static inline void ec_wait_connected(kl_etcd_watch *w, ec_events *ev)
     char err[512] = "";
     double until = td_now_ms() + 5000;
     while (!kl_etcd_watch_connected(w) && td_now_ms() < until) {
-        if (kl_etcd_watch_step(w, 50, ec_collect, ev, err, sizeof err) !=
-            KL_OK)
+        if (kl_etcd_watch_step(w, 50, ec_collect, ev, err, sizeof err) != KL_OK)
             ec_sleep_ms(50);
     }
     if (!kl_etcd_watch_connected(w))

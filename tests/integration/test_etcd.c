@@ -166,9 +166,9 @@ static void test_range_paging(void **state)
 
     /* an answer over max_response is refused, not read */
     kl_etcd *small = ec_client_max(&cluster, 2000, 4096);
-    assert_int_equal(kl_etcd_range(small, "page/", 5, NULL, 0, 0, 0, &p, err,
-                                   sizeof err),
-                     KL_E_TOO_LARGE);
+    assert_int_equal(
+        kl_etcd_range(small, "page/", 5, NULL, 0, 0, 0, &p, err, sizeof err),
+        KL_E_TOO_LARGE);
     ec_expect(err, "larger than 4096 bytes");
     /* ... and the client goes on working after it */
     ec_ok(kl_etcd_range(small, "page/", 5, NULL, 0, 5, 0, &p, err, sizeof err),
@@ -197,17 +197,17 @@ static void test_delete(void **state)
     }
     ec_ok(kl_etcd_put(cl, "dem", 3, "v", 1, 0, NULL, err, sizeof err), err);
     int64_t deleted, rev;
-    ec_ok(kl_etcd_delete(cl, "del/3", 5, false, &deleted, &rev, err,
-                         sizeof err),
-          err);
+    ec_ok(
+        kl_etcd_delete(cl, "del/3", 5, false, &deleted, &rev, err, sizeof err),
+        err);
     assert_int_equal(deleted, 1);
     assert_true(rev > 0);
     kl_etcd_kv kv;
     assert_int_equal(kl_etcd_get(cl, "del/3", 5, &kv, NULL, err, sizeof err),
                      KL_E_NOT_FOUND);
-    ec_ok(kl_etcd_delete(cl, "del/3", 5, false, &deleted, NULL, err,
-                         sizeof err),
-          err);
+    ec_ok(
+        kl_etcd_delete(cl, "del/3", 5, false, &deleted, NULL, err, sizeof err),
+        err);
     assert_int_equal(deleted, 0);
     ec_ok(kl_etcd_delete(cl, "del/", 4, true, &deleted, NULL, err, sizeof err),
           err);
@@ -303,8 +303,7 @@ static void test_watch_order(void **state)
     ec_ok(kl_etcd_put(cl, "x/outside", 9, "1", 1, 0, NULL, err, sizeof err),
           err);
     ec_ok(kl_etcd_put(cl, "w/b", 3, "2", 1, 0, &r2, err, sizeof err), err);
-    ec_ok(kl_etcd_delete(cl, "w/a", 3, false, NULL, &r3, err, sizeof err),
-          err);
+    ec_ok(kl_etcd_delete(cl, "w/a", 3, false, NULL, &r3, err, sizeof err), err);
     ec_ok(kl_etcd_put(cl, "w/b", 3, "3", 1, 0, &r4, err, sizeof err), err);
     ec_wait_events(w, &ev, 4, 5000);
     assert_true(r1 >= r0);
@@ -340,11 +339,9 @@ static void test_watch_resume_after_drop(void **state)
     for (int i = 0; i < 5; i++) {
         char k[8];
         snprintf(k, sizeof k, "r/%d", i + 1);
-        ec_ok(kl_etcd_put(cl, k, 3, "b", 1, 0, &revs[i], err, sizeof err),
-              err);
+        ec_ok(kl_etcd_put(cl, k, 3, "b", 1, 0, &revs[i], err, sizeof err), err);
     }
-    ec_ok(kl_etcd_delete(cl, "r/1", 3, false, NULL, &r, err, sizeof err),
-          err);
+    ec_ok(kl_etcd_delete(cl, "r/1", 3, false, NULL, &r, err, sizeof err), err);
     /* a new watch from where the old one stopped sees exactly the rest */
     ec_ok(kl_etcd_watch_new(cl, "r/", 2, next, &w, err, sizeof err), err);
     ec_wait_events(w, &ev, 7, 5000);
@@ -388,9 +385,9 @@ static void test_watch_compacted(void **state)
         KL_E_CLOSED);
     /* a paged read at the compacted revision is refused too */
     kl_etcd_page p;
-    assert_int_equal(kl_etcd_range(cl, "c/", 2, NULL, 0, 0, r1, &p, err,
-                                   sizeof err),
-                     KL_E_NOT_FOUND);
+    assert_int_equal(
+        kl_etcd_range(cl, "c/", 2, NULL, 0, 0, r1, &p, err, sizeof err),
+        KL_E_NOT_FOUND);
     ec_expect(err, "compacted");
     /* the full re-read, then the watch from just after it */
     ec_ok(kl_etcd_range(cl, "c/", 2, NULL, 0, 0, 0, &p, err, sizeof err), err);

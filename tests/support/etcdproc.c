@@ -92,8 +92,7 @@ void te_dump_log(const te_cluster *c, int i)
     static char b[8192];
     fseek(f, 0, SEEK_END);
     long sz = ftell(f);
-    fseek(f, sz > (long)sizeof b - 1 ? sz - (long)sizeof b + 1 : 0,
-          SEEK_SET);
+    fseek(f, sz > (long)sizeof b - 1 ? sz - (long)sizeof b + 1 : 0, SEEK_SET);
     size_t n = fread(b, 1, sizeof b - 1, f);
     b[n] = '\0';
     fclose(f);
@@ -124,7 +123,7 @@ static void spawn(te_cluster *c, int i)
     ARG("--initial-cluster=%s", c->initial_cluster);
     ARG("--initial-cluster-token=kl-test-%d", (int)getpid());
     if (c->tls) {
-        ARG("--cert-file=%s", tp_path("server.crt"));
+        ARG("--cert-file=%s/etcd.crt", c->dir);
         ARG("--key-file=%s", tp_path("server.key"));
         ARG("--trusted-ca-file=%s", tp_path("ca.crt"));
         argv[n++] = "--client-cert-auth";
@@ -198,6 +197,29 @@ static void wait_ready(te_cluster *c, int i)
     }
 }
 
+/* etcd 3.4's gateway dials etcd's own gRPC port with the server
+ * certificate as its client certificate, so with --client-cert-auth that
+ * certificate needs clientAuth as well as serverAuth (docs/DESIGN.md "etcd
+ * client (src/fleet)"): the test PKI's server key, certified for both. */
+static void issue_cert(te_cluster *c)
+{
+    char ext[1200];
+    snprintf(ext, sizeof ext, "%s/etcd-ext.cnf", c->dir);
+    FILE *f = fopen(ext, "w");
+    assert_non_null(f);
+    fputs("basicConstraints=critical,CA:FALSE\n"
+          "keyUsage=critical,digitalSignature\n"
+          "extendedKeyUsage=serverAuth,clientAuth\n"
+          "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    tu_sh("openssl req -new -key %s -subj '/CN=etcd test' 2>/dev/null | "
+          "openssl x509 -req -CA %s -CAkey %s -days 2 -extfile %s "
+          "-out %s/etcd.crt 2>/dev/null",
+          tp_path("server.key"), tp_path("ca.crt"), tp_path("ca.key"), ext,
+          c->dir);
+}
+
 void te_start(te_cluster *c, int n, bool tls)
 {
     memset(c, 0, sizeof *c);
@@ -209,6 +231,8 @@ void te_start(te_cluster *c, int n, bool tls)
     assert_non_null(c->dir);
     if (!mkdtemp(c->dir))
         fail_msg("mkdtemp %s: %s", c->dir, strerror(errno));
+    if (tls)
+        issue_cert(c);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         te_member *m = &c->m[i];
@@ -219,10 +243,9 @@ void te_start(te_cluster *c, int n, bool tls)
         } while (m->peer_port == m->client_port);
         snprintf(m->url, sizeof m->url, "%s://127.0.0.1:%u",
                  tls ? "https" : "http", m->client_port);
-        off += (size_t)snprintf(c->initial_cluster + off,
-                                sizeof c->initial_cluster - off,
-                                "%s%s=http://127.0.0.1:%u", i ? "," : "",
-                                m->name, m->peer_port);
+        off += (size_t)snprintf(
+            c->initial_cluster + off, sizeof c->initial_cluster - off,
+            "%s%s=http://127.0.0.1:%u", i ? "," : "", m->name, m->peer_port);
         assert_true(off < sizeof c->initial_cluster);
     }
     for (int i = 0; i < n; i++)
