@@ -366,6 +366,10 @@ kl_status kl_etcd_parse_write(const char *body, size_t len, int64_t *revision,
                               int64_t *deleted, char *err, size_t errlen)
 {
     int64_t rev = 0, del = 0;
+    if (revision)
+        *revision = 0;
+    if (deleted)
+        *deleted = 0;
     json_t *root;
     KL_GUARD(load(body, len, &root, err, errlen));
     kl_status st;

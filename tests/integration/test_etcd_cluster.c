@@ -119,8 +119,8 @@ static void test_member_killed(void **state)
     double t0 = td_now_ms();
     kl_status st;
     int failures = 0;
-    while ((st = kl_etcd_put(c, "m/2", 3, "b", 1, 0, &r2, err,
-                             sizeof err)) != KL_OK) {
+    while ((st = kl_etcd_put(c, "m/2", 3, "b", 1, 0, &r2, err, sizeof err)) !=
+           KL_OK) {
         fprintf(stderr, "# put after the kill: %s\n", err);
         assert_true(++failures < 5 && td_now_ms() - t0 < 15000);
     }
