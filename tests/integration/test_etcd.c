@@ -6,6 +6,7 @@
  * dropped, compaction), and etcd down then back: calls fail within their
  * timeout with a clear error and work again, the watch resumes without
  * losing or repeating an event. docs/DESIGN.md "etcd client (src/fleet)". */
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,6 +316,20 @@ static void test_watch_order(void **state)
     /* nothing more arrives */
     ec_ok(kl_etcd_watch_step(w, 300, ec_collect, &ev, err, sizeof err), err);
     assert_int_equal(ev.n, 4);
+
+    /* driven as an event loop would: poll the socket, then a step that
+     * does not wait */
+    int64_t r5;
+    ec_ok(kl_etcd_put(cl, "w/c", 3, "5", 1, 0, &r5, err, sizeof err), err);
+    double until = td_now_ms() + 5000;
+    while (ev.n < 5 && td_now_ms() < until) {
+        struct pollfd pfd = {.fd = kl_etcd_watch_fd(w), .events = POLLIN};
+        assert_true(pfd.fd >= 0);
+        (void)poll(&pfd, 1, 100);
+        ec_ok(kl_etcd_watch_step(w, 0, ec_collect, &ev, err, sizeof err), err);
+    }
+    assert_int_equal(ev.n, 5);
+    ec_check(&ev, 4, KL_ETCD_PUT, "w/c", "5", r5);
     kl_etcd_watch_free(w);
     ec_events_clear(&ev);
 }
