@@ -25,6 +25,9 @@
 /* every member started and not reaped, killed at exit */
 static pid_t live[4 * TE_MAX_MEMBERS];
 
+/* data directories not yet removed: removed at exit, after the kill */
+static char *dirs[8];
+
 static void kill_live(void)
 {
     for (size_t i = 0; i < sizeof live / sizeof live[0]; i++) {
@@ -34,15 +37,34 @@ static void kill_live(void)
             live[i] = 0;
         }
     }
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        tp_rmtree(dirs[i]);
+        dirs[i] = NULL;
+    }
 }
 
-static void track(pid_t pid, bool add)
+static void keep_dir(char *dir, bool add)
+{
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        if (add ? dirs[i] == NULL : dirs[i] == dir) {
+            dirs[i] = add ? dir : NULL;
+            return;
+        }
+    }
+}
+
+static void at_exit_once(void)
 {
     static bool registered;
     if (!registered) {
         atexit(kill_live);
         registered = true;
     }
+}
+
+static void track(pid_t pid, bool add)
+{
+    at_exit_once();
     for (size_t i = 0; i < sizeof live / sizeof live[0]; i++) {
         if (add ? live[i] == 0 : live[i] == pid) {
             live[i] = add ? pid : 0;
@@ -231,6 +253,8 @@ void te_start(te_cluster *c, int n, bool tls)
     assert_non_null(c->dir);
     if (!mkdtemp(c->dir))
         fail_msg("mkdtemp %s: %s", c->dir, strerror(errno));
+    at_exit_once();
+    keep_dir(c->dir, true);
     if (tls)
         issue_cert(c);
     size_t off = 0;
@@ -292,6 +316,7 @@ void te_stop(te_cluster *c)
         m->pid = 0;
     }
     if (c->dir) {
+        keep_dir(c->dir, false);
         tp_rmtree(c->dir);
         c->dir = NULL;
     }
