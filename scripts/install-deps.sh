@@ -3,19 +3,22 @@
 # Installs the Debian packages keylessd needs to build and test, only those
 # that are missing. Safe to run again; needs root (or sudo) when it installs.
 # apt's progress is shown. Packages that ship a service (nginx, HAProxy,
-# Prometheus: the tests run their own instances on loopback) are installed
-# without starting it, and on a host with systemd the services this run
-# installed are left disabled: a developer machine does not grow daemons
-# listening on port 80 or 9090 because the tests need the binaries.
+# Prometheus, etcd: the tests run their own instances on loopback) are
+# installed without starting it, and on a host with systemd the services
+# this run installed are left disabled: a developer machine does not grow
+# daemons listening on port 80, 9090 or 2379 because the tests need the
+# binaries.
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-dev
       libssl-dev openssl libyaml-dev libjansson-dev libcmocka-dev
       python3 procps iproute2 libp11-kit-dev p11-kit softhsm2 opensc
       libmicrohttpd-dev libcurl4-openssl-dev prometheus nginx-light haproxy curl gnuplot-nox nghttp2-client
+      etcd-server etcd-client
       ${KL_EXTRA_PKGS:-})
 # package -> the service unit it would enable
-declare -A services=([nginx-light]=nginx [haproxy]=haproxy [prometheus]=prometheus)
+declare -A services=([nginx-light]=nginx [haproxy]=haproxy [prometheus]=prometheus
+                   [etcd-server]=etcd)
 
 missing=()
 for p in "${pkgs[@]}"; do
