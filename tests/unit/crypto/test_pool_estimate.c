@@ -51,18 +51,15 @@ static void test_queue_over_sessions_plus_own(void **state)
     (void)state;
     /* one session busy, 4 queued, 20 ms a call: (4 + 1) x 20 + 20 */
     kl_pool *p = pool_with(1, 20 * MS_NS, 4, 1);
-    assert_int_equal(kl_pool_wait_estimate(p, KL_COST_BLOCKING),
-                     120 * MS_NS);
+    assert_int_equal(kl_pool_wait_estimate(p, KL_COST_BLOCKING), 120 * MS_NS);
     done(p);
     /* two sessions, both busy, 3 queued: (3 + 2) x 20 / 2 + 20 */
     p = pool_with(2, 20 * MS_NS, 3, 2);
-    assert_int_equal(kl_pool_wait_estimate(p, KL_COST_BLOCKING),
-                     70 * MS_NS);
+    assert_int_equal(kl_pool_wait_estimate(p, KL_COST_BLOCKING), 70 * MS_NS);
     done(p);
     /* all sessions busy, nothing queued: one call's wait, then its own */
     p = pool_with(1, 20 * MS_NS, 0, 1);
-    assert_int_equal(kl_pool_wait_estimate(p, KL_COST_BLOCKING),
-                     40 * MS_NS);
+    assert_int_equal(kl_pool_wait_estimate(p, KL_COST_BLOCKING), 40 * MS_NS);
     done(p);
 }
 
@@ -72,8 +69,7 @@ static void test_resize_changes_lanes(void **state)
     kl_pool *p = pool_with(1, 20 * MS_NS, 4, 1);
     kl_pool_set_blocking_workers(p, 5);
     /* (4 + 1) x 20 / 5 + 20 */
-    assert_int_equal(kl_pool_wait_estimate(p, KL_COST_BLOCKING),
-                     40 * MS_NS);
+    assert_int_equal(kl_pool_wait_estimate(p, KL_COST_BLOCKING), 40 * MS_NS);
     done(p);
 }
 
