@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The key index: keys by SKI in an open-addressing hash
- * table. SKIs are SHA-1 outputs, already uniform, so their first 8 bytes
- * are the hash. The table stays at most half full: a lookup touches one or
- * two slots even with a million keys. */
+/* The key index: keys by SKI in the shared map (core/hmap.h). SKIs are
+ * SHA-1 outputs, already uniform, so their first 8 bytes are the hash.
+ * Each slot holds that hash beside the key's pointer, so a lookup reads
+ * only the kl_key it returns; the map stays at most half full, so a lookup
+ * touches one or two slots even with a million keys (bench/RESULTS.md
+ * "Shared hash map"). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +19,12 @@
 #include "core/log.h"
 #include "keys/store.h"
 
-#define MIN_TABLE 64u
+#define MIN_TABLE 32u /* keys before the index first grows */
+
+typedef struct key_slot {
+    kl_hslot h; /* the SKI's first 8 bytes */
+    kl_key *key;
+} key_slot;
 
 /* Signing with a bare scalar (src/crypto/ec_direct.c) runs libcrypto's
  * own ECDSA code: what EVP runs only when the key and the ECDSA signature
@@ -45,12 +52,11 @@ kl_keystore *kl_keystore_new(const kl_keystore_opts *opts)
         return NULL;
     if (opts)
         ks->opts = *opts;
-    ks->table = calloc(MIN_TABLE, sizeof *ks->table);
-    if (!ks->table) {
+    kl_hmap_init(&ks->index, sizeof(key_slot));
+    if (kl_hmap_reserve(&ks->index, MIN_TABLE) != KL_OK) {
         free(ks);
         return NULL;
     }
-    ks->table_mask = MIN_TABLE - 1;
     ks->direct_ecdsa = ecdsa_is_default();
     return ks;
 }
@@ -68,7 +74,7 @@ void kl_keystore_free(kl_keystore *ks)
         free(ks->keys[i]);
     }
     free(ks->keys);
-    free(ks->table);
+    kl_hmap_free(&ks->index);
     kl_key_decoder_free(ks->decoder);
     kl_p11_set_free(ks->p11); /* after the keys: closes the sessions */
     free(ks);
@@ -88,22 +94,26 @@ void kl_keystore_report(const kl_keystore *ks, int level, const char *path,
         kl_log(level, "%s: %s", path, msg);
 }
 
-static size_t slot_of(const uint8_t ski[KL_SKI_LEN], size_t mask)
+static uint64_t ski_hash(const uint8_t ski[KL_SKI_LEN])
 {
     uint64_t h;
     memcpy(&h, ski, sizeof h);
-    return (size_t)h & mask;
+    return h;
 }
 
-static kl_key **probe(kl_key **table, size_t mask,
-                      const uint8_t ski[KL_SKI_LEN])
+static bool same_ski(const void *slot, const void *ski)
 {
-    size_t i = slot_of(ski, mask);
-    while (table[i] && memcmp(table[i]->ski, ski, KL_SKI_LEN) != 0)
-        i = (i + 1) & mask;
-    return &table[i];
+    return memcmp(((const key_slot *)slot)->key->ski, ski, KL_SKI_LEN) == 0;
 }
 
+static kl_key *lookup(const kl_keystore *ks, const uint8_t ski[KL_SKI_LEN])
+{
+    key_slot *s = kl_hmap_get_h(&ks->index, ski_hash(ski), same_ski, ski);
+    return s ? s->key : NULL;
+}
+
+/* Room for one more key in the load-order array and the index, so that
+ * indexing it cannot fail. */
 KL_WUR static kl_status grow(kl_keystore *ks)
 {
     if (ks->count == ks->cap) {
@@ -113,17 +123,7 @@ KL_WUR static kl_status grow(kl_keystore *ks)
         ks->keys = k;
         ks->cap = cap;
     }
-    if ((ks->count + 1) * 2 > ks->table_mask + 1) {
-        size_t size = (ks->table_mask + 1) * 2;
-        kl_key **t = calloc(size, sizeof *t);
-        KL_ENSURE(t != NULL, KL_E_NOMEM);
-        for (size_t i = 0; i < ks->count; i++)
-            *probe(t, size - 1, ks->keys[i]->ski) = ks->keys[i];
-        free(ks->table);
-        ks->table = t;
-        ks->table_mask = size - 1;
-    }
-    return KL_OK;
+    return kl_hmap_reserve(&ks->index, ks->count + 1);
 }
 
 /* The EC private scalar, copied next to the SKI: signing with it touches
@@ -175,8 +175,8 @@ kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
         kl_p11_key_free(p11);
         return KL_E_KEY;
     }
-    kl_key **slot = probe(ks->table, ks->table_mask, ski);
-    if (*slot) {
+    const kl_key *dup = lookup(ks, ski);
+    if (dup) {
         char hex[2 * KL_SKI_LEN + 1];
         kl_ski_hex(ski, hex);
         /* The first in load order wins (docs/OPERATIONS.md "Key files"):
@@ -187,7 +187,7 @@ kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
                            "loaded first and wins; this file is ignored, and "
                            "access rules naming it or its directory do not "
                            "reach the key. Remove one of the two files",
-                           hex, (*slot)->path);
+                           hex, dup->path);
         EVP_PKEY_free(pkey);
         kl_p11_key_free(p11);
         return KL_OK;
@@ -216,7 +216,10 @@ kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
         ec_scalar(ks, k); /* else signing goes through EVP_PKEY_sign */
     memcpy(k->path, path, plen);
     ks->keys[ks->count++] = k;
-    *probe(ks->table, ks->table_mask, ski) = k;
+    bool found;
+    key_slot *slot =
+        kl_hmap_put_h(&ks->index, ski_hash(ski), same_ski, ski, &found);
+    slot->key = k; /* reserved by grow: cannot fail */
     if (info->type == KL_KEY_RSA && info->bits < 2048)
         kl_keystore_report(ks, KL_LOG_WARN, path,
                            "RSA-%d key: keys under 2048 bits are weak",
@@ -242,7 +245,7 @@ kl_status kl_keystore_add_pkey(kl_keystore *ks, EVP_PKEY *pkey,
 const kl_key *kl_keystore_find(const kl_keystore *ks,
                                const uint8_t ski[KL_SKI_LEN])
 {
-    return *probe(ks->table, ks->table_mask, ski);
+    return lookup(ks, ski);
 }
 
 size_t kl_keystore_count(const kl_keystore *ks)
