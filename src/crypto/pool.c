@@ -156,7 +156,7 @@ static uint64_t thread_cpu_ns(void)
     struct timespec ts;
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
         return 0;
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return kl_timespec_to_ns(&ts);
 }
 
 /* Runs job's crypto on this thread, or answers it KL_ERR_INTERNAL at once
@@ -476,8 +476,7 @@ static void *watchdog_main(void *arg)
         if (next == UINT64_MAX) {
             pthread_cond_wait(&p->wcv, &p->mu);
         } else {
-            struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ull),
-                                  .tv_nsec = (long)(next % 1000000000ull)};
+            struct timespec ts = kl_ns_to_timespec(next);
             pthread_cond_timedwait(&p->wcv, &p->mu, &ts);
         }
     }
@@ -555,10 +554,9 @@ kl_pool *kl_pool_new(const kl_pool_opts *opts)
     p->blocking_want = opts && opts->blocking_workers > 0
                            ? opts->blocking_workers
                            : KL_POOL_DEFAULT_BLOCKING;
-    p->stop_grace_ns =
-        (opts && opts->stop_grace_ms > 0 ? (uint64_t)opts->stop_grace_ms
-                                         : DEFAULT_STOP_GRACE_MS) *
-        1000000ull;
+    p->stop_grace_ns = kl_ms_to_ns(opts && opts->stop_grace_ms > 0
+                                       ? (uint64_t)opts->stop_grace_ms
+                                       : DEFAULT_STOP_GRACE_MS);
     p->threads = calloc((size_t)p->workers, sizeof *p->threads);
     if (!p->threads || pthread_mutex_init(&p->mu, NULL) != 0) {
         free(p->threads);
@@ -643,10 +641,7 @@ static bool join_by(pthread_t t, uint64_t limit_ns)
     uint64_t now = kl_now_ns(), left = limit_ns > now ? limit_ns - now : 0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t abs_ns =
-        (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + left;
-    ts.tv_sec = (time_t)(abs_ns / 1000000000ull);
-    ts.tv_nsec = (long)(abs_ns % 1000000000ull);
+    ts = kl_ns_to_timespec(kl_timespec_to_ns(&ts) + left);
     return pthread_timedjoin_np(t, NULL, &ts) == 0;
 }
 
@@ -687,7 +682,7 @@ void kl_pool_free(kl_pool *p)
         kl_error("crypto pool: %d token call%s still running %.1f s after "
                  "shutdown began (a hung HSM?): left behind, their requests "
                  "answered with an error",
-                 stuck, stuck == 1 ? "" : "s", p->stop_grace_ns / 1e9);
+                 stuck, stuck == 1 ? "" : "s", kl_ns_to_s_f(p->stop_grace_ns));
     /* the watchdog goes last: it still answers, at their deadline, the
      * jobs of blocking workers that are stuck in a token call */
     if (p->wstarted) {
