@@ -21,7 +21,7 @@ kl_status kl_reqtable_add(kl_reqtable *t, uint32_t id, uint64_t now_ns)
     bool found;
     kl_reqslot *s = kl_hmap_put(&t->ids, id, &found);
     KL_ENSURE(s != NULL, KL_E_NOMEM);
-    KL_ENSURE(s->pending < UINT32_MAX, KL_E_TOO_LARGE);
+    KL_ENSURE(!found || s->pending < UINT32_MAX, KL_E_TOO_LARGE);
     s->pending++;
     s->sent_ns = now_ns;
     t->total++;

@@ -136,6 +136,33 @@ static inline void *kl_hmap_place_(kl_hmap *m, uint64_t tag)
     return s;
 }
 
+/* The slot holding tag (and key): *found; else a new slot for it - in one
+ * pass, since the first free slot of the probe run is where it goes
+ * unless the map must grow first. */
+static inline void *kl_hmap_put_tag_(kl_hmap *m, uint64_t tag, kl_hmap_eq_fn eq,
+                                     const void *key, bool *found)
+{
+    *found = false;
+    if (m->cap) {
+        size_t mask = m->cap - 1;
+        for (size_t i = kl_hmap_home_(m, tag);; i = (i + 1) & mask) {
+            kl_hslot *s = kl_hmap_at_(m, i);
+            if (s->tag == tag && (!eq || eq(s, key))) {
+                *found = true;
+                return s;
+            }
+            if (!s->tag) {
+                if (kl_hmap_full(m))
+                    break; /* grows, then places anew */
+                s->tag = tag;
+                m->count++;
+                return s;
+            }
+        }
+    }
+    return kl_hmap_place_(m, tag);
+}
+
 /* ---- 64-bit keys ------------------------------------------------------ */
 
 static inline void *kl_hmap_get(const kl_hmap *m, uint64_t key)
@@ -149,15 +176,11 @@ static inline void *kl_hmap_get(const kl_hmap *m, uint64_t key)
  * KL_HMAP_KEY_NONE. */
 static inline void *kl_hmap_put(kl_hmap *m, uint64_t key, bool *found)
 {
-    *found = false;
-    if (key == KL_HMAP_KEY_NONE)
+    if (key == KL_HMAP_KEY_NONE) {
+        *found = false;
         return NULL;
-    void *s = kl_hmap_find_(m, key + 1, NULL, NULL);
-    if (s) {
-        *found = true;
-        return s;
     }
-    return kl_hmap_place_(m, key + 1);
+    return kl_hmap_put_tag_(m, key + 1, NULL, NULL, found);
 }
 
 /* ---- hashed keys ------------------------------------------------------ */
@@ -173,10 +196,7 @@ static inline void *kl_hmap_get_h(const kl_hmap *m, uint64_t hash,
 static inline void *kl_hmap_put_h(kl_hmap *m, uint64_t hash, kl_hmap_eq_fn eq,
                                   const void *key, bool *found)
 {
-    uint64_t tag = kl_hmap_tag_h_(hash);
-    void *s = kl_hmap_find_(m, tag, eq, key);
-    *found = s != NULL;
-    return s ? s : kl_hmap_place_(m, tag);
+    return kl_hmap_put_tag_(m, kl_hmap_tag_h_(hash), eq, key, found);
 }
 
 /* ---- removal and iteration -------------------------------------------- */

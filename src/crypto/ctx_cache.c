@@ -82,23 +82,27 @@ void kl_ctx_cache_drop(kl_ctx_entry *e)
 /* Frees one entry to make room: the next one from a cursor that goes
  * round the table, so every entry's turn comes (a reload's stale keys
  * too). */
-static void evict_one(void)
+static void evict_one(cache *c)
 {
-    ctx_slot *s = kl_hmap_next(&tc.map, &tc.victim);
+    ctx_slot *s = kl_hmap_next(&c->map, &c->victim);
     if (!s) {
-        tc.victim = 0;
-        s = kl_hmap_next(&tc.map, &tc.victim);
+        c->victim = 0;
+        s = kl_hmap_next(&c->map, &c->victim);
     }
     /* the removal may pull a later entry into this slot: look here again
      * next time */
-    tc.victim--;
+    c->victim--;
     kl_ctx_cache_drop(&s->e);
 }
 
 kl_ctx_entry *kl_ctx_cache_get(EVP_PKEY *pkey, uint8_t opcode,
                                kl_ctx_setup_fn setup)
 {
-    cache *c = &tc; /* one thread-local address lookup, not one per use */
+    /* In a position-independent library each use of a thread-local costs
+     * a call to find it, and the compiler takes it anew for every use:
+     * take its address once and hide where it came from. */
+    cache *c = &tc;
+    __asm__("" : "+r"(c));
     if (!c->map.cap) {
         kl_hmap_init(&c->map, sizeof(ctx_slot));
         if (kl_hmap_reserve(&c->map, MIN_SLOTS / 2) != KL_OK)
@@ -116,7 +120,7 @@ kl_ctx_entry *kl_ctx_cache_get(EVP_PKEY *pkey, uint8_t opcode,
     if (s)
         return &s->e;
     if (kl_hmap_full(&c->map)) {
-        evict_one();
+        evict_one(c);
         c->evictions++;
     }
     if (EVP_PKEY_up_ref(pkey) != 1)
