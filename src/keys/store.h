@@ -4,7 +4,6 @@
 #ifndef KL_KEYS_STORE_H
 #define KL_KEYS_STORE_H
 
-#include "core/hmap.h"
 #include "keys/decode.h"
 #include "keys/keystore.h"
 #include "keys/p11.h"
@@ -31,7 +30,8 @@ struct kl_keystore {
     kl_keystore_opts opts;
     kl_key **keys; /* load order; kl_key_index is the position here */
     size_t count, cap;
-    kl_hmap index;           /* by SKI (keystore.c) */
+    kl_key **table; /* open addressing by SKI, linear probing */
+    size_t table_mask;
     kl_key_decoder *decoder; /* created on the first file */
     kl_p11_set *p11;         /* created on the first URI */
     bool direct_ecdsa;       /* EC file keys keep their scalar (keystore.c) */
