@@ -4,8 +4,8 @@
  * each id keeps a count of requests waiting for it and a count of those
  * whose caller gave up (their responses are dropped).
  *
- * The shared map (core/hmap.h: open addressing, backward-shift deletion,
- * so a long-lived connection never degrades), keyed by id. Pure, no I/O. */
+ * Open addressing with linear probing and backward-shift deletion: no
+ * tombstones, so a long-lived connection never degrades. Pure, no I/O. */
 #ifndef KL_CLIENT_REQTABLE_H
 #define KL_CLIENT_REQTABLE_H
 
@@ -13,19 +13,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/hmap.h"
 #include "core/status.h"
 
 typedef struct kl_reqslot {
-    kl_hslot h;         /* the id */
-    uint32_t pending;   /* requests with this id awaiting a response (> 0) */
+    uint32_t id;
+    uint32_t pending;   /* requests with this id awaiting a response */
     uint32_t cancelled; /* of those, how many nobody waits for any more */
     uint64_t sent_ns;   /* when the latest of them was queued */
 } kl_reqslot;
 
 typedef struct kl_reqtable {
-    kl_hmap ids;  /* of kl_reqslot, one per distinct id */
-    size_t total; /* sum of pending over all ids */
+    kl_reqslot *slots; /* slot unused when pending == 0 */
+    size_t cap;        /* power of two */
+    size_t used;       /* slots in use (distinct ids) */
+    size_t total;      /* sum of pending over all ids */
 } kl_reqtable;
 
 /* What kl_reqtable_complete found for a response's id. */

@@ -20,15 +20,17 @@ void kl_hmap_init(kl_hmap *m, size_t slot_size)
      * straddle a cache line. */
     while (((size_t)1 << m->lg) < slot_size)
         m->lg++;
+    m->stride = (size_t)1 << m->lg;
 }
 
 void kl_hmap_free(kl_hmap *m)
 {
     free(m->slots);
-    size_t size = m->size;
+    size_t size = m->size, stride = m->stride;
     unsigned lg = m->lg;
     memset(m, 0, sizeof *m);
     m->size = size;
+    m->stride = stride;
     m->lg = lg;
 }
 
@@ -50,6 +52,7 @@ static kl_status resize(kl_hmap *m, size_t cap)
     kl_hmap old = *m;
     m->slots = slots;
     m->cap = cap;
+    m->omask = (cap - 1) << m->lg;
     m->shift = 64;
     for (size_t c = cap; c > 1; c >>= 1)
         m->shift--;

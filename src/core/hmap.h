@@ -45,6 +45,8 @@ typedef struct kl_hmap {
     size_t size;          /* bytes of the caller's slot struct */
     size_t cap;           /* a power of two, 0 before the first put */
     size_t count;         /* occupied slots */
+    size_t stride;        /* 1 << lg */
+    size_t omask;         /* (cap - 1) << lg: probes step by byte offset */
     unsigned lg;          /* log2 of the slot stride (size rounded up) */
     unsigned shift;       /* 64 - log2(cap): the home is the top bits */
 } kl_hmap;
@@ -98,6 +100,19 @@ static inline size_t kl_hmap_home_(const kl_hmap *m, uint64_t tag)
     return (size_t)((tag * 0x9E3779B97F4A7C15ull) >> m->shift);
 }
 
+/* The home's byte offset: the same top bits, shifted into place at once
+ * (the probe loops below add and mask offsets, with no shift per step). */
+static inline size_t kl_hmap_off_(const kl_hmap *m, uint64_t tag)
+{
+    return (size_t)((tag * 0x9E3779B97F4A7C15ull) >> (m->shift - m->lg)) &
+           m->omask;
+}
+
+static inline kl_hslot *kl_hmap_at_off_(const kl_hmap *m, size_t off)
+{
+    return (kl_hslot *)(m->slots + off);
+}
+
 static inline uint64_t kl_hmap_tag_h_(uint64_t hash)
 {
     return hash ? hash : 1;
@@ -109,9 +124,8 @@ static inline void *kl_hmap_find_(const kl_hmap *m, uint64_t tag,
 {
     if (!m->count)
         return NULL;
-    size_t mask = m->cap - 1;
-    for (size_t i = kl_hmap_home_(m, tag);; i = (i + 1) & mask) {
-        kl_hslot *s = kl_hmap_at_(m, i);
+    for (size_t o = kl_hmap_off_(m, tag);; o = (o + m->stride) & m->omask) {
+        kl_hslot *s = kl_hmap_at_off_(m, o);
         if (s->tag == tag && (!eq || eq(s, key)))
             return s;
         if (!s->tag)
@@ -126,11 +140,10 @@ static inline void *kl_hmap_place_(kl_hmap *m, uint64_t tag)
 {
     if (kl_hmap_full(m) && kl_hmap_grow_(m) != KL_OK)
         return NULL;
-    size_t mask = m->cap - 1;
-    size_t i = kl_hmap_home_(m, tag);
+    size_t o = kl_hmap_off_(m, tag);
     kl_hslot *s;
-    while ((s = kl_hmap_at_(m, i))->tag)
-        i = (i + 1) & mask;
+    while ((s = kl_hmap_at_off_(m, o))->tag)
+        o = (o + m->stride) & m->omask;
     s->tag = tag;
     m->count++;
     return s;
@@ -144,9 +157,9 @@ static inline void *kl_hmap_put_tag_(kl_hmap *m, uint64_t tag, kl_hmap_eq_fn eq,
 {
     *found = false;
     if (m->cap) {
-        size_t mask = m->cap - 1;
-        for (size_t i = kl_hmap_home_(m, tag);; i = (i + 1) & mask) {
-            kl_hslot *s = kl_hmap_at_(m, i);
+        for (size_t o = kl_hmap_off_(m, tag);;
+             o = (o + m->stride) & m->omask) {
+            kl_hslot *s = kl_hmap_at_off_(m, o);
             if (s->tag == tag && (!eq || eq(s, key))) {
                 *found = true;
                 return s;
@@ -222,21 +235,22 @@ static inline void *kl_hmap_put_h(kl_hmap *m, uint64_t hash, kl_hmap_eq_fn eq,
 /* size is a constant where it is inlined: the moves are plain stores. */
 static inline void kl_hmap_remove_(kl_hmap *m, void *slot, size_t size)
 {
-    size_t mask = m->cap - 1;
-    size_t hole = (size_t)((unsigned char *)slot - m->slots) >> m->lg;
-    for (size_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
-        kl_hslot *s = kl_hmap_at_(m, j);
+    size_t step = m->stride, omask = m->omask;
+    size_t hole = (size_t)((unsigned char *)slot - m->slots);
+    for (size_t j = (hole + step) & omask;; j = (j + step) & omask) {
+        kl_hslot *s = kl_hmap_at_off_(m, j);
         if (!s->tag)
             break;
         /* s's probe ran from its home to j; the hole is on that path when
-         * it is no nearer j than the home is */
-        size_t dist = (j - kl_hmap_home_(m, s->tag)) & mask;
-        if (dist >= ((j - hole) & mask)) {
-            memcpy(kl_hmap_at_(m, hole), s, size);
+         * it is no nearer j than the home is (byte offsets, all multiples
+         * of the stride) */
+        size_t dist = (j - kl_hmap_off_(m, s->tag)) & omask;
+        if (dist >= ((j - hole) & omask)) {
+            memcpy(kl_hmap_at_off_(m, hole), s, size);
             hole = j;
         }
     }
-    memset(kl_hmap_at_(m, hole), 0, size);
+    memset(kl_hmap_at_off_(m, hole), 0, size);
     m->count--;
 }
 
