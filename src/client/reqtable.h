@@ -8,9 +8,9 @@
  * tombstones, so a long-lived connection never degrades. Pure, no I/O.
  *
  * Not the shared map (core/hmap.h), on purpose: on it a request's check,
- * add and complete took ~0.7 ns more (6.5 against 5.8 ns, 64 or 1024 in
- * flight), and this runs for every request and answer. Measured in
- * bench/RESULTS.md "Shared hash map". */
+ * add and complete took 0.3-0.5 ns more (6.0-6.3 against 5.7-5.8 ns at 64
+ * or 1024 in flight), and this runs for every request and answer.
+ * Measured in bench/RESULTS.md "Shared hash map". */
 #ifndef KL_CLIENT_REQTABLE_H
 #define KL_CLIENT_REQTABLE_H
 

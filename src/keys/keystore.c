@@ -6,9 +6,9 @@
  *
  * Not the shared map (core/hmap.h), on purpose: its slots carry a 64-bit
  * tag beside the pointer, which doubles this table (4 MiB instead of 2 at
- * 100,000 keys) and made a lookup with 100,000 keys ~6% slower; filling
- * it fuller to stay at 2 MiB made it ~75% slower. Measured in
- * bench/RESULTS.md "Shared hash map". */
+ * 100,000 keys) and made a lookup with 100,000 keys 6-7% slower; filling
+ * it to 80% to stay at 2 MiB made lookups nearly twice as slow. Measured
+ * in bench/RESULTS.md "Shared hash map". */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
