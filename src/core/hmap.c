@@ -6,8 +6,7 @@
 #include <assert.h>
 #include <stdlib.h>
 
-/* Small enough for a connection with a few requests, and probe runs of a
- * sixteenth of a cache line's worth of slots do not matter. */
+/* The first allocation: small, for a connection with a few requests. */
 #define MIN_CAP 16u
 
 void kl_hmap_init(kl_hmap *m, size_t slot_size)

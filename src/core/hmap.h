@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The tree's one hash map (docs/DESIGN.md "The shared hash map"): open
+/* The shared hash map (docs/DESIGN.md "The shared hash map"): open
  * addressing with linear probing, a power-of-two number of slots kept at
  * most half full, and backward-shift deletion - no tombstones, so a map
- * that sees inserts and deletes for ever (a connection's request ids)
+ * that sees inserts and deletes for ever (a client's request handles)
  * never degrades. Pure, no I/O, no locking: a user that shares one between
  * threads holds its own lock.
  *
@@ -17,8 +17,8 @@
  *   but KL_HMAP_KEY_NONE (UINT64_MAX) can be stored.
  * - a key the caller hashes to 64 bits (kl_hmap_get_h/put_h): the map
  *   compares hashes, and on equal hashes asks the caller's eq function.
- *   The hash need not be uniform (the map mixes it), only distinct for
- *   distinct keys most of the time.
+ *   The map spreads the hash by Fibonacci hashing, which suits counters
+ *   and uniform hashes; mix structured values (pointers) first.
  *
  * Pointers to slots stay valid until the next put or remove on the map
  * (growth moves every slot; a removal may move later slots of its probe
@@ -157,8 +157,7 @@ static inline void *kl_hmap_put_tag_(kl_hmap *m, uint64_t tag, kl_hmap_eq_fn eq,
 {
     *found = false;
     if (m->cap) {
-        for (size_t o = kl_hmap_off_(m, tag);;
-             o = (o + m->stride) & m->omask) {
+        for (size_t o = kl_hmap_off_(m, tag);; o = (o + m->stride) & m->omask) {
             kl_hslot *s = kl_hmap_at_off_(m, o);
             if (s->tag == tag && (!eq || eq(s, key))) {
                 *found = true;
