@@ -332,7 +332,7 @@ static int roundtrip(cli *a, kl_target *t, const kl_request_spec *spec,
 {
     uint64_t t0 = kl_now_ns();
     kl_status st = kl_target_call(t, spec, a->timeout_ms, r);
-    *ms = (double)(kl_now_ns() - t0) / 1e6;
+    *ms = kl_ns_to_ms_f(kl_now_ns() - t0);
     if (st == KL_E_TIMEOUT) {
         printf("FAIL: no answer from %s within %d ms\n", a->server,
                a->timeout_ms);

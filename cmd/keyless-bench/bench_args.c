@@ -12,6 +12,7 @@
 #include "bench.h"
 #include "godur.h"
 #include "client/opnames.h"
+#include "core/time.h"
 
 typedef enum ftype { F_STR, F_UINT, F_DUR, F_BOOL, F_RATE, F_ALIAS } ftype;
 
@@ -97,7 +98,7 @@ void bench_defaults(bench *b)
     b->connections = 1;
     b->depth = 1;
     b->threads = 1;
-    b->duration_ns = 10000000000ull;
+    b->duration_ns = 10 * KL_NS_PER_S;
     b->timeout_ms = 5000;
     b->progress_flag = -1;
 }
@@ -184,9 +185,9 @@ static int set_value(bench *b, const flag *f, const char *v)
                        "20us",
                        f->name, v);
         if (f->off == OFF(timeout_ms)) {
-            if (ns < 1000000ull || ns > 3600000000000ull)
+            if (ns < KL_NS_PER_MS || ns > 3600 * KL_NS_PER_S)
                 return bad("-%s %s: between 1ms and 1h", f->name, v);
-            *(int *)p = (int)(ns / 1000000ull);
+            *(int *)p = (int)(ns / KL_NS_PER_MS);
         } else {
             *(uint64_t *)p = ns;
         }

@@ -13,6 +13,7 @@
 #include "bench.h"
 #include "godur.h"
 #include "client/verify.h"
+#include "core/time.h"
 
 int bench_stats_init(bstats *s, const bench *b)
 {
@@ -95,9 +96,9 @@ static const char *dur(uint64_t ns, char *buf)
 /* A latency to print: four significant digits are plenty. */
 static const char *lat(uint64_t ns, char *buf)
 {
-    uint64_t unit = ns < 1000000ull      ? 100ull
-                    : ns < 1000000000ull ? 1000ull
-                                         : 1000000ull;
+    uint64_t unit = ns < KL_NS_PER_MS  ? 100ull
+                    : ns < KL_NS_PER_S ? KL_NS_PER_US
+                                       : KL_NS_PER_MS;
     if (ns >= 1000ull)
         ns = (ns + unit / 2) / unit * unit;
     return kl_dur_format(ns, buf, 32);
@@ -118,11 +119,11 @@ void bench_progress(bench *b, uint64_t now)
             p99 = p;
     }
     char el[32], pd[32];
-    double dt = b->last_prog_ns ? (double)(now - b->last_prog_ns) / 1e9 : 0;
+    double dt = b->last_prog_ns ? kl_ns_to_s_f(now - b->last_prog_ns) : 0;
     double rate = dt > 0 ? (double)(ok - b->last_prog_ok) / dt : 0;
     printf("\r\033[K%s %s  %.0f ops/s  p99 %s  %llu operations",
            now < b->t_measure ? "warmup" : "elapsed",
-           kl_dur_format((now - b->t_start) / 1000000000ull * 1000000000ull, el,
+           kl_dur_format((now - b->t_start) / KL_NS_PER_S * KL_NS_PER_S, el,
                          sizeof el),
            rate, lat(p99, pd), (unsigned long long)ok);
     fflush(stdout);
@@ -208,7 +209,7 @@ static int totals_make(bench *b, totals *t)
     }
     t->errors =
         t->s.err_answers + t->s.timeouts + t->s.failed + t->s.verify_failed;
-    t->secs = (double)b->measured_ns / 1e9;
+    t->secs = kl_ns_to_s_f(b->measured_ns);
     t->ops_per_s = t->secs > 0 ? (double)t->s.ok / t->secs : 0;
     t->avg_op_ns = t->s.ok ? b->measured_ns / t->s.ok : 0;
     const double qs[] = {0.5, 0.9, 0.99, 0.999, 1.0};
@@ -301,11 +302,13 @@ static void print_text(const bench *b, const totals *t)
     if (t->s.err_answers)
         printf("Last error answer: %s\n", kl_err_text(t->s.last_err_code));
     double cpu = b->cpu_user_s + b->cpu_sys_s;
-    double wall = (double)b->elapsed_ns / 1e9;
+    double wall = kl_ns_to_s_f(b->elapsed_ns);
     printf("Client CPU: %.2fs user, %.2fs system: %.1f%% of one core, %s per "
            "operation\n",
            b->cpu_user_s, b->cpu_sys_s, wall > 0 ? 100 * cpu / wall : 0,
-           dur(t->s.ok ? (uint64_t)(cpu * 1e9 / (double)t->s.ok) : 0, x));
+           dur(t->s.ok ? (uint64_t)(cpu * (double)KL_NS_PER_S / (double)t->s.ok)
+                       : 0,
+               x));
     if (b->stopped)
         printf("Warning: keyless-bench was stopped and resumed (SIGSTOP/"
                "SIGCONT) during the run: the figures include the stop\n");
@@ -313,7 +316,7 @@ static void print_text(const bench *b, const totals *t)
 
 static double us(uint64_t ns)
 {
-    return (double)ns / 1e3;
+    return (double)ns / (double)KL_NS_PER_US;
 }
 
 static void print_json(const bench *b, const totals *t)
@@ -379,7 +382,7 @@ static void print_json(const bench *b, const totals *t)
                         json_integer((json_int_t)t->lin[0]));
     json_object_set_new(j, "above_histogram",
                         json_integer((json_int_t)t->lin[t->nlin + 1]));
-    double wall = (double)b->elapsed_ns / 1e9;
+    double wall = kl_ns_to_s_f(b->elapsed_ns);
     json_object_set_new(cpu, "user_s", json_real(b->cpu_user_s));
     json_object_set_new(cpu, "system_s", json_real(b->cpu_sys_s));
     json_object_set_new(
@@ -387,7 +390,8 @@ static void print_json(const bench *b, const totals *t)
         json_real(wall > 0 ? (b->cpu_user_s + b->cpu_sys_s) / wall : 0));
     json_object_set_new(cpu, "us_per_op",
                         json_real(t->s.ok ? (b->cpu_user_s + b->cpu_sys_s) *
-                                                1e6 / (double)t->s.ok
+                                                (double)KL_US_PER_S /
+                                                (double)t->s.ok
                                           : 0));
     json_object_set_new(j, "client_cpu", cpu);
     json_object_set_new(j, "client_stopped", json_boolean(b->stopped));

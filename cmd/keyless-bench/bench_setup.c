@@ -152,7 +152,7 @@ static int check_mode(bench *b)
     if (b->tick_ns && b->mode != MODE_OPEN)
         return fail("-tick batches the open loop's sends: give -rate too%s%s",
                     NULL, NULL);
-    if (b->tick_ns > 1000000000ull)
+    if (b->tick_ns > KL_NS_PER_S)
         return fail("-tick: at most 1s (it delays every request by up to "
                     "that much)%s%s",
                     NULL, NULL);
@@ -181,7 +181,7 @@ static int check_mode(bench *b)
         return fail("-duration must be more than 0%s%s", NULL, NULL);
     if (b->hist_set) {
         if (!b->hist_max)
-            b->hist_max = b->hist_min + 1000000ull;
+            b->hist_max = b->hist_min + KL_NS_PER_MS;
         if (b->hist_max <= b->hist_min)
             return fail("-histogram-max must be above -histogram-min%s%s", NULL,
                         NULL);
@@ -370,7 +370,7 @@ int bench_connect(bench *b)
             return rc;
         }
     }
-    b->connect_s = (double)(kl_now_ns() - t0) / 1e9;
+    b->connect_s = kl_ns_to_s_f(kl_now_ns() - t0);
     int rc = BENCH_EXIT_OK;
     for (size_t i = 0; i < b->nconns && rc == BENCH_EXIT_OK; i++) {
         if (chk[i].st == KL_OK && chk[i].opcode == KL_OP_PONG)
@@ -431,14 +431,14 @@ int bench_hold_idle(bench *b)
             break;
         }
     }
-    double conn_s = (double)(kl_now_ns() - t0) / 1e9;
+    double conn_s = kl_ns_to_s_f(kl_now_ns() - t0);
     if (rc == BENCH_EXIT_OK) {
         /* say so at once, so a script can measure the server meanwhile */
         printf("Idle connections open: %u (connected in %.2fs)\n", n, conn_s);
         fflush(stdout);
         uint64_t end = kl_now_ns() + b->duration_ns;
         while (kl_now_ns() < end && !(b->stop && *b->stop)) {
-            uint64_t left = (end - kl_now_ns()) / 1000000ull;
+            uint64_t left = (end - kl_now_ns()) / KL_NS_PER_MS;
             (void)poll(NULL, 0, left > 200 ? 200 : (int)left + 1);
         }
         char d[32];

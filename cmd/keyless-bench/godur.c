@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Go-style durations: see godur.h. */
 #include "godur.h"
+#include "core/time.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,11 +14,14 @@ typedef struct unit {
 
 /* longest names first, so "ms" is not read as "m" followed by "s" */
 static const unit units[] = {
-    {"ns", 1ull},           {"us", 1000ull},
+    {"ns", 1ull},
+    {"us", 1000ull},
     {"\xc2\xb5s", 1000ull}, /* U+00B5 micro sign */
     {"\xce\xbcs", 1000ull}, /* U+03BC Greek mu */
-    {"ms", 1000000ull},     {"s", 1000000000ull},
-    {"m", 60000000000ull},  {"h", 3600000000000ull},
+    {"ms", KL_NS_PER_MS},
+    {"s", KL_NS_PER_S},
+    {"m", 60 * KL_NS_PER_S},
+    {"h", 3600 * KL_NS_PER_S},
 };
 
 static const unit *unit_at(const char *s, size_t *len)
@@ -94,18 +98,18 @@ char *kl_dur_format(uint64_t ns, char *out, size_t cap)
         return out;
     if (ns == 0) {
         snprintf(out, cap, "0s");
-    } else if (ns < 1000ull) {
+    } else if (ns < KL_NS_PER_US) {
         snprintf(out, cap, "%lluns", (unsigned long long)ns);
-    } else if (ns < 1000000ull) {
-        put_fixed(num, sizeof num, ns, 1000ull, 3);
+    } else if (ns < KL_NS_PER_MS) {
+        put_fixed(num, sizeof num, ns, KL_NS_PER_US, 3);
         snprintf(out, cap, "%s\xc2\xb5s", num);
-    } else if (ns < 1000000000ull) {
-        put_fixed(num, sizeof num, ns, 1000000ull, 6);
+    } else if (ns < KL_NS_PER_S) {
+        put_fixed(num, sizeof num, ns, KL_NS_PER_MS, 6);
         snprintf(out, cap, "%sms", num);
     } else {
-        uint64_t h = ns / 3600000000000ull;
-        uint64_t m = ns / 60000000000ull % 60;
-        put_fixed(num, sizeof num, ns % 60000000000ull, 1000000000ull, 9);
+        uint64_t h = ns / (3600 * KL_NS_PER_S);
+        uint64_t m = ns / (60 * KL_NS_PER_S) % 60;
+        put_fixed(num, sizeof num, ns % (60 * KL_NS_PER_S), KL_NS_PER_S, 9);
         if (h)
             snprintf(out, cap, "%lluh%llum%ss", (unsigned long long)h,
                      (unsigned long long)m, num);

@@ -196,8 +196,7 @@ static void arm(int tfd, uint64_t at)
 {
     struct itimerspec its;
     memset(&its, 0, sizeof its);
-    its.it_value.tv_sec = (time_t)(at / 1000000000ull);
-    its.it_value.tv_nsec = (long)(at % 1000000000ull);
+    its.it_value = kl_ns_to_timespec(at);
     if (!its.it_value.tv_sec && !its.it_value.tv_nsec)
         its.it_value.tv_nsec = 1;
     (void)timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
@@ -214,8 +213,7 @@ static int wait_until(bworker *w, struct epoll_event *ev, int nev, uint64_t at,
 {
     if (!w->no_pwait2) {
         uint64_t now = kl_now_ns(), left = at > now ? at - now : 0;
-        struct timespec ts = {.tv_sec = (time_t)(left / 1000000000ull),
-                              .tv_nsec = (long)(left % 1000000000ull)};
+        struct timespec ts = kl_ns_to_timespec(left);
         int n = epoll_pwait2(w->epfd, ev, nev, &ts, NULL);
         if (n >= 0 || errno != ENOSYS)
             return n;
@@ -280,7 +278,7 @@ static void *worker_run(void *arg)
         for (size_t i = 0; i < w->nconns; i++)
             for (unsigned d = 0; d < b->depth; d++)
                 submit(w, &w->conns[i], now);
-    uint64_t next_progress = now + 1000000000ull, armed = 0;
+    uint64_t next_progress = now + KL_NS_PER_S, armed = 0;
     for (;;) {
         now = kl_now_ns();
         if (now >= b->t_end || interrupted)
@@ -290,7 +288,7 @@ static void *worker_run(void *arg)
         if (w->id == 0 && b->progress) {
             if (now >= next_progress) {
                 bench_progress(w->b, now);
-                next_progress += 1000000000ull;
+                next_progress += KL_NS_PER_S;
             }
             if (next_progress < next)
                 next = next_progress;
@@ -355,7 +353,7 @@ static void worker_free(bworker *w)
 
 static double rusage_s(const struct timeval *tv)
 {
-    return (double)tv->tv_sec + (double)tv->tv_usec / 1e6;
+    return (double)tv->tv_sec + (double)tv->tv_usec / (double)KL_US_PER_S;
 }
 
 /* Runs the measurement with the connections made by bench_connect. */
@@ -390,8 +388,10 @@ static int run(bench *b)
     if (b->mode == MODE_OPEN) {
         /* the rate is shared by the threads; their schedules interleave */
         for (unsigned i = 0; i < nt; i++) {
-            b->workers[i].interval_ns = (uint64_t)(1e9 * nt / b->rate);
-            b->workers[i].next_send = start + (uint64_t)(1e9 * i / b->rate);
+            b->workers[i].interval_ns =
+                (uint64_t)((double)KL_NS_PER_S * nt / b->rate);
+            b->workers[i].next_send =
+                start + (uint64_t)((double)KL_NS_PER_S * i / b->rate);
         }
     }
     pthread_t *tids = calloc(nt, sizeof *tids);

@@ -19,6 +19,7 @@
 #include <openssl/x509.h>
 
 #include "core/log.h"
+#include "core/time.h"
 #include "keys/enrol.h"
 #include "activation/activate.h"
 #include "tls/certcheck.h"
@@ -269,7 +270,7 @@ static int enrol(const kl_config *cfg, enrol_mode mode)
         .endpoint = cfg->init_endpoint,
         .api_key = cfg->origin_ca_api_key,
         .body = body,
-        .timeout_ms = (long)(cfg->activation_timeout_ns / 1000000u),
+        .timeout_ms = (long)(cfg->activation_timeout_ns / KL_NS_PER_MS),
     };
     if (kl_activate_post(&call, &cert, err, sizeof err) != KL_OK) {
         kl_error("activation failed: %s. Nothing was written: auth_key and "

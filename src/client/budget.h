@@ -12,8 +12,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/time.h"
+
 #define KL_BUDGET_BUCKETS 10u
-#define KL_BUDGET_BUCKET_NS 1000000000ull /* 10 x 1 s = the 10 s window */
+#define KL_BUDGET_BUCKET_NS KL_NS_PER_S /* 10 x 1 s = the 10 s window */
 
 typedef struct kl_retry_budget {
     uint64_t epoch[KL_BUDGET_BUCKETS]; /* which second a bucket counts */

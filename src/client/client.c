@@ -44,7 +44,7 @@ static uint64_t deadline_after(int timeout_ms)
 {
     if (timeout_ms < 0)
         return UINT64_MAX;
-    return kl_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    return kl_now_ns() + kl_ms_to_ns((uint64_t)timeout_ms);
 }
 
 /* Milliseconds left until deadline for poll(): -1 forever, 0 passed. */
@@ -55,7 +55,7 @@ static int ms_left(uint64_t deadline)
     uint64_t now = kl_now_ns();
     if (now >= deadline)
         return 0;
-    uint64_t ms = (deadline - now + 999999ull) / 1000000ull;
+    uint64_t ms = (deadline - now + KL_NS_PER_MS - 1) / KL_NS_PER_MS;
     return ms > 60000000ull ? 60000000 : (int)ms;
 }
 

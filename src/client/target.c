@@ -93,8 +93,7 @@ static void arm_timer(kl_target *t, uint64_t at)
         return;
     struct itimerspec its;
     memset(&its, 0, sizeof its);
-    its.it_value.tv_sec = (time_t)(at / 1000000000ull);
-    its.it_value.tv_nsec = (long)(at % 1000000000ull);
+    its.it_value = kl_ns_to_timespec(at);
     if (!its.it_value.tv_sec && !its.it_value.tv_nsec)
         its.it_value.tv_nsec = 1;
     if (timerfd_settime(t->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)

@@ -32,9 +32,8 @@
 #include "client/budget.h"
 #include "client/link.h"
 #include "client/u64map.h"
+#include "core/time.h"
 #include "keyless/client.h"
-
-#define KL_MS 1000000ull
 
 typedef enum kl_cstate {
     CS_IDLE = 0,   /* no connection (maybe in backoff until retry_at) */
@@ -116,7 +115,7 @@ struct kl_target {
 
 static inline uint64_t kl_tgt_after_ms(uint64_t now, int ms)
 {
-    return now + (uint64_t)ms * KL_MS;
+    return now + kl_ms_to_ns((uint64_t)ms);
 }
 
 /* target.c */

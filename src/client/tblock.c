@@ -22,10 +22,10 @@ static void drive_until(kl_target *t, bool (*done)(kl_target *, void *),
             /* another caller polls; it wakes us when callbacks ran */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * (long)KL_MS;
-            if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_nsec += 20 * (long)KL_NS_PER_MS;
+            if (ts.tv_nsec >= (long)KL_NS_PER_S) {
                 ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
+                ts.tv_nsec -= (long)KL_NS_PER_S;
             }
             pthread_cond_timedwait(&t->cv, &t->mu, &ts);
             continue;

@@ -51,11 +51,11 @@ void kl_tgt_conn_fail(kl_target *t, kl_tconn *c, kl_status st, const char *why)
     conn_watch(t, c, 0);
     /* Collect first: the map is emptied by kl_tgt_conn_forget. */
     size_t n = 0;
-    kl_treq **v =
-        c->inflight.count ? malloc(c->inflight.count * sizeof *v) : NULL;
-    for (size_t i = 0; i < c->inflight.cap && v; i++)
-        if (c->inflight.slots[i].val)
-            v[n++] = c->inflight.slots[i].val;
+    size_t inflight = kl_u64map_count(&c->inflight);
+    kl_treq **v = inflight ? malloc(inflight * sizeof *v) : NULL;
+    kl_treq *q;
+    for (size_t i = 0; v && (q = kl_u64map_next(&c->inflight, &i));)
+        v[n++] = q;
     kl_tgt_conn_forget(c);
     for (size_t i = 0; i < n; i++) {
         kl_treq *r = v[i];
@@ -75,9 +75,9 @@ void kl_tgt_conn_fail(kl_target *t, kl_tconn *c, kl_status st, const char *why)
     c->failed_ns = now;
     c->fail_st = st;
     c->retry_at =
-        now + kl_backoff_ns(c->failures, (uint64_t)t->o.backoff_min_ms * KL_MS,
-                            (uint64_t)t->o.backoff_max_ms * KL_MS,
-                            kl_tgt_random(t));
+        now + kl_backoff_ns(
+                  c->failures, kl_ms_to_ns((uint64_t)t->o.backoff_min_ms),
+                  kl_ms_to_ns((uint64_t)t->o.backoff_max_ms), kl_tgt_random(t));
 }
 
 /* ---- connecting ------------------------------------------------------- */
@@ -247,7 +247,8 @@ static void conn_ping(kl_target *t, kl_tconn *c, uint64_t now)
     }
     uint64_t last =
         c->last_write_ns > c->last_read_ns ? c->last_write_ns : c->last_read_ns;
-    if (c->inflight.count || now < kl_tgt_after_ms(last, t->o.ping_interval_ms))
+    if (kl_u64map_count(&c->inflight) ||
+        now < kl_tgt_after_ms(last, t->o.ping_interval_ms))
         return;
     kl_request_spec s = {.opcode = KL_OP_PING};
     if (kl_pipeline_queue(&c->ln.pipe, &s, true, &c->ping_id, now) != KL_OK)
@@ -305,7 +306,7 @@ void kl_tgt_conn_rearm(kl_target *t, kl_tconn *c, uint64_t now, uint64_t *at)
             break;
         if (c->ping_out) {
             when = c->ping_deadline;
-        } else if (!c->inflight.count) {
+        } else if (!kl_u64map_count(&c->inflight)) {
             uint64_t last = c->last_write_ns > c->last_read_ns
                                 ? c->last_write_ns
                                 : c->last_read_ns;

@@ -87,9 +87,9 @@ void kl_tgt_req_free(kl_treq *r)
 
 void kl_tgt_drop_requests(kl_target *t)
 {
-    for (size_t i = 0; i < t->live.cap; i++)
-        if (t->live.slots[i].val)
-            kl_tgt_req_free(t->live.slots[i].val);
+    kl_treq *q;
+    for (size_t i = 0; (q = kl_u64map_next(&t->live, &i));)
+        kl_tgt_req_free(q);
     kl_u64map_free(&t->live);
     for (kl_treq *r = t->done_head, *n; r; r = n) {
         n = r->next;
@@ -120,20 +120,19 @@ void kl_tgt_expire(kl_target *t, uint64_t now)
         return;
     uint64_t next = UINT64_MAX;
     size_t n = 0;
-    kl_treq **v = t->live.count ? malloc(t->live.count * sizeof *v) : NULL;
-    for (size_t i = 0; i < t->live.cap; i++) {
-        kl_treq *r = t->live.slots[i].val;
-        if (!r)
-            continue;
-        if (r->deadline_ns <= now) {
+    size_t live = kl_u64map_count(&t->live);
+    kl_treq **v = live ? malloc(live * sizeof *v) : NULL;
+    kl_treq *q;
+    for (size_t i = 0; (q = kl_u64map_next(&t->live, &i));) {
+        if (q->deadline_ns <= now) {
             if (v)
-                v[n++] = r;
-        } else if (r->deadline_ns < next) {
-            next = r->deadline_ns;
+                v[n++] = q;
+        } else if (q->deadline_ns < next) {
+            next = q->deadline_ns;
         }
     }
-    if (t->live.count && !v) {
-        t->next_check = now + KL_MS; /* out of memory: try again soon */
+    if (live && !v) {
+        t->next_check = now + KL_NS_PER_MS; /* out of memory: try again soon */
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -200,7 +199,7 @@ static kl_status encode_req(kl_target *t, kl_tconn *c, kl_treq *r, uint64_t now)
     char json[CTX_JSON_MAX];
     kl_req_context ctx = r->ctx;
     kl_request_spec s = r->spec;
-    uint64_t left_ms = (r->deadline_ns - now) / KL_MS;
+    uint64_t left_ms = (r->deadline_ns - now) / KL_NS_PER_MS;
     /* The server must finish before we stop waiting, answer's way back
      * included: keep a tenth of the budget (at most 5 ms) for it, so that
      * work the server does is work a caller receives. */

@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "config/internal.h"
+#include "core/time.h"
 
 kl_status kl_cfg_fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -96,12 +97,9 @@ kl_status kl_parse_duration(const char *s, uint64_t *ns)
     static const struct {
         const char *unit;
         uint64_t ns;
-    } units[] = {{"ns", 1},
-                 {"us", 1000},
-                 {"ms", 1000000},
-                 {"s", 1000000000ull},
-                 {"m", 60000000000ull},
-                 {"h", 3600000000000ull}};
+    } units[] = {
+        {"ns", 1},          {"us", KL_NS_PER_US},    {"ms", KL_NS_PER_MS},
+        {"s", KL_NS_PER_S}, {"m", 60 * KL_NS_PER_S}, {"h", 3600 * KL_NS_PER_S}};
     if (strcmp(s, "0") == 0) {
         *ns = 0;
         return KL_OK;
@@ -148,15 +146,15 @@ void kl_format_duration(uint64_t ns, char *out, size_t cap)
     static const struct {
         const char *unit;
         uint64_t ns;
-    } units[] = {
-        {"h", 3600000000000ull}, {"m", 60000000000ull}, {"s", 1000000000ull},
-        {"ms", 1000000},         {"us", 1000},          {"ns", 1}};
+    } units[] = {{"h", 3600 * KL_NS_PER_S}, {"m", 60 * KL_NS_PER_S},
+                 {"s", KL_NS_PER_S},        {"ms", KL_NS_PER_MS},
+                 {"us", KL_NS_PER_US},      {"ns", 1}};
     if (ns == 0) {
         snprintf(out, cap, "0s");
         return;
     }
     /* Below one second use the largest unit that divides exactly. */
-    if (ns < 1000000000ull) {
+    if (ns < KL_NS_PER_S) {
         for (size_t i = 3; i < 6; i++)
             if (ns % units[i].ns == 0) {
                 snprintf(out, cap, "%" PRIu64 "%s", ns / units[i].ns,
@@ -218,8 +216,8 @@ kl_status kl_opt_set(kl_config *cfg, const kl_option *o, const char *text,
                                "%s: \"%s\" is not a duration; write it with "
                                "a unit, e.g. 10s, 500ms or 2m",
                                o->name, text);
-        uint64_t min = (uint64_t)o->min * 1000000u,
-                 max = (uint64_t)o->max * 1000000u;
+        uint64_t min = kl_ms_to_ns((uint64_t)o->min),
+                 max = kl_ms_to_ns((uint64_t)o->max);
         if (ns < min || ns > max) {
             char a[32], b[32];
             kl_format_duration(min, a, sizeof a);

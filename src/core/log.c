@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "core/log.h"
+#include "core/time.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -231,7 +232,7 @@ static void vlog(int level, const kl_log_fields *f, const char *fmt, va_list ap)
     } else {
         n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
         n += (size_t)snprintf(line + n, sizeof line - n, ".%03ldZ ",
-                              ts.tv_nsec / 1000000);
+                              ts.tv_nsec / (long)KL_NS_PER_MS);
     }
     if (*log_prefix && n < sizeof line)
         n += (size_t)snprintf(line + n, sizeof line - n, "%s: ", log_prefix);
@@ -296,14 +297,14 @@ static void close_window(kl_log_limit *l, uint64_t now_ns)
         uint64_t span = now_ns > l->start_ns ? now_ns - l->start_ns : 0;
         if (span > KL_LOG_LIMIT_WINDOW_NS)
             span = KL_LOG_LIMIT_WINDOW_NS;
-        unsigned long long secs = (span + 999999999ull) / 1000000000ull;
+        unsigned long long secs = (span + KL_NS_PER_S - 1) / KL_NS_PER_S;
         kl_log(
             l->level,
             "%s: %llu more like this in the last %llu s (at most %d lines "
             "per %llu s are logged; counted in keylessd_log_suppressed_total)",
             l->what, (unsigned long long)l->held, secs ? secs : 1,
             KL_LOG_LIMIT_LINES,
-            (unsigned long long)(KL_LOG_LIMIT_WINDOW_NS / 1000000000ull));
+            (unsigned long long)(KL_LOG_LIMIT_WINDOW_NS / KL_NS_PER_S));
     }
     l->start_ns = 0;
     l->lines = 0;

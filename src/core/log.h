@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/time.h"
+
 enum kl_log_level {
     KL_LOG_DEBUG = 0,
     KL_LOG_INFO = 1,
@@ -65,7 +67,7 @@ void kl_logf(int level, const kl_log_fields *f, const char *fmt, ...)
  * left out are counted and, once the window is over, summarised in one line
  * "WHAT: N more like this in the last 10 s". Any thread (a mutex). */
 #define KL_LOG_LIMIT_LINES 10
-#define KL_LOG_LIMIT_WINDOW_NS (10ull * 1000000000ull)
+#define KL_LOG_LIMIT_WINDOW_NS (10 * KL_NS_PER_S)
 
 typedef struct kl_log_limit {
     pthread_mutex_t mu;

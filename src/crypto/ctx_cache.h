@@ -7,9 +7,11 @@
  * Entries are keyed by the EVP_PKEY pointer and hold their own reference to
  * it, so a key freed by a reload stays valid for its cached contexts and its
  * address cannot be reused by a new key while an entry names it: a stale
- * entry can never be taken for another key. The cache is bounded
- * (direct-mapped: a collision evicts) and starts small; a thread whose
- * lookups mostly miss doubles it, up to a fixed ceiling (ctx_cache.c). */
+ * entry can never be taken for another key. The cache is bounded (a full
+ * table evicts an entry for each new one) and starts small; a thread whose
+ * lookups keep evicting doubles it, up to a fixed ceiling (ctx_cache.c).
+ * An entry stays where it is until the next kl_ctx_cache_get or
+ * kl_ctx_cache_drop on the same thread. */
 #ifndef KL_CRYPTO_CTX_CACHE_H
 #define KL_CRYPTO_CTX_CACHE_H
 

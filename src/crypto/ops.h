@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/time.h"
 #include "keys/keystore.h"
 
 /* Largest output this key can produce for any opcode (RSA: modulus bytes,
@@ -25,7 +26,7 @@ uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
 
 /* How long an operation on a token key waits for a free session when the
  * caller gave no deadline. */
-#define KL_CRYPTO_DEFAULT_WAIT_NS (2ull * 1000000000ull)
+#define KL_CRYPTO_DEFAULT_WAIT_NS (2 * KL_NS_PER_S)
 
 /* The same with the caller's deadline (monotonic ns, 0 = none): an
  * operation on a token key (kl_key_get_backend) that cannot get a session

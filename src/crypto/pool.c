@@ -48,10 +48,9 @@ kl_pool *kl_pool_new(const kl_pool_opts *opts)
                                                      : KL_POOL_DEFAULT_BLOCKING;
     atomic_init(&p->blk.lanes, p->blk.want);
     atomic_init(&p->blk.busy, 0);
-    p->stop_grace_ns =
-        (opts && opts->stop_grace_ms > 0 ? (uint64_t)opts->stop_grace_ms
-                                         : DEFAULT_STOP_GRACE_MS) *
-        1000000ull;
+    p->stop_grace_ns = kl_ms_to_ns(opts && opts->stop_grace_ms > 0
+                                       ? (uint64_t)opts->stop_grace_ms
+                                       : DEFAULT_STOP_GRACE_MS);
     p->threads = calloc((size_t)p->sched.workers, sizeof *p->threads);
     if (!p->threads || pthread_mutex_init(&p->mu, NULL) != 0) {
         free(p->threads);

@@ -215,10 +215,7 @@ static bool join_by(pthread_t t, uint64_t limit_ns)
     uint64_t now = kl_now_ns(), left = limit_ns > now ? limit_ns - now : 0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t abs_ns =
-        (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + left;
-    ts.tv_sec = (time_t)(abs_ns / 1000000000ull);
-    ts.tv_nsec = (long)(abs_ns % 1000000000ull);
+    ts = kl_ns_to_timespec(kl_timespec_to_ns(&ts) + left);
     return pthread_timedjoin_np(t, NULL, &ts) == 0;
 }
 
@@ -250,7 +247,7 @@ int kl_pool_blocking_join(kl_pool *p)
         kl_error("crypto pool: %d token call%s still running %.1f s after "
                  "shutdown began (a hung HSM?): left behind, their requests "
                  "answered with an error",
-                 stuck, stuck == 1 ? "" : "s", p->stop_grace_ns / 1e9);
+                 stuck, stuck == 1 ? "" : "s", kl_ns_to_s_f(p->stop_grace_ns));
     return stuck;
 }
 

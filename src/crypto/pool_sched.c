@@ -79,7 +79,7 @@ static uint64_t thread_cpu_ns(void)
     struct timespec ts;
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
         return 0;
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return kl_timespec_to_ns(&ts);
 }
 
 /* Runs job's crypto on this thread, or answers it KL_ERR_INTERNAL at once

@@ -90,8 +90,7 @@ static void *watchdog_main(void *arg)
         if (next == UINT64_MAX) {
             pthread_cond_wait(&p->wd.cv, &p->mu);
         } else {
-            struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ull),
-                                  .tv_nsec = (long)(next % 1000000000ull)};
+            struct timespec ts = kl_ns_to_timespec(next);
             pthread_cond_timedwait(&p->wd.cv, &p->mu, &ts);
         }
     }

@@ -8,17 +8,16 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/time.h"
 #include "router/dns.h"
 #include "router/table.h"
 #include "daemon/daemon.h"
 #include "daemon/daemon_ext.h"
 #include "tls/certcheck.h"
 
-#define MS 1000000u
-
 static int ms(uint64_t ns)
 {
-    uint64_t v = ns / MS;
+    uint64_t v = ns / KL_NS_PER_MS;
     return v > (uint64_t)INT32_MAX ? INT32_MAX : (int)v;
 }
 
@@ -292,7 +291,8 @@ static void on_scrape(kl_metrics *m, void *arg)
             memcpy(mr[i].name, st[i].name, sizeof mr[i].name);
             memcpy(mr[i].region, st[i].region, sizeof mr[i].region);
             mr[i].up = st[i].up;
-            mr[i].ewma_seconds = st[i].ewma_ms < 0 ? -1 : st[i].ewma_ms / 1e3;
+            mr[i].ewma_seconds =
+                st[i].ewma_ms < 0 ? -1 : st[i].ewma_ms / (double)KL_MS_PER_S;
             mr[i].inflight = st[i].inflight;
             mr[i].requests = st[i].sent;
             mr[i].errors = st[i].failed;

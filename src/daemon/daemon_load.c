@@ -106,7 +106,7 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
     }
     size_t heap1 = heap_in_use();
     double mib = heap1 > heap0 ? (double)(heap1 - heap0) / 1048576.0 : 0;
-    double secs = (double)(kl_now_ns() - t0) / 1e9;
+    double secs = kl_ns_to_s_f(kl_now_ns() - t0);
     /* info for a store whose load an operator would want to see (many
      * keys, or slow); otherwise debug, so that a small store's startup
      * stays the one line the reference server logs (drop-in logs) */

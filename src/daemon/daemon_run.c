@@ -109,7 +109,7 @@ static void main_loop(kl_reloader *r, int sfd)
         int timeout = -1;
         if (due) {
             uint64_t now = kl_now_ns();
-            timeout = now >= due ? 0 : (int)((due - now) / 1000000u) + 1;
+            timeout = now >= due ? 0 : (int)((due - now) / KL_NS_PER_MS) + 1;
         }
         int n = poll(pf, pf[1].fd >= 0 ? 2 : 1, timeout);
         if (n < 0 && errno != EINTR) {

@@ -43,7 +43,7 @@ void kl_conn_lifetime_start(kl_conn *c)
     /* notAfter is the last second the certificate is valid at (OpenSSL
      * judges it expired from that second on, as the handshake does). The
      * deadline is kept on the monotonic clock, as the loop's timers are. */
-    int64_t left_ns = left_s * 1000000000ll - (int64_t)wall.tv_nsec;
+    int64_t left_ns = left_s * (int64_t)KL_NS_PER_S - (int64_t)wall.tv_nsec;
     c->expires_ns = left_ns > 0 ? mono + (uint64_t)left_ns : mono;
     if (c->expires_ns == 0)
         c->expires_ns = 1;

@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/hmap.h"
 #include "core/log.h"
 #include "core/time.h"
 #include "engine/internal.h"
@@ -58,7 +59,7 @@
 /* Descriptors beyond the connections: listeners, epoll, eventfds, key
  * files during a reload, inotify, the metrics server, the log. */
 #define FD_MARGIN 256u
-#define REFUSAL_LOG_NS 1000000000ull
+#define REFUSAL_LOG_NS KL_NS_PER_S
 /* Linux's default net.core.somaxconn since 5.4 (128 before): each
  * listener's backlog, where connections wait at max_handshaking. */
 #define BACKLOG_WANTED 4096
@@ -158,19 +159,19 @@ static bool take(atomic_uint *n, uint32_t cap)
     return true;
 }
 
-/* ---- the per-source table: open addressing, linear probing ---- */
+/* ---- the per-source table: the shared map, keyed by address ---- */
 
 typedef struct src_entry {
+    kl_hslot h; /* the keyed hash of addr */
     uint8_t addr[16];
-    uint32_t n; /* connections in their handshake; 0: free slot */
+    uint32_t n; /* connections in their handshake (> 0) */
 } src_entry;
 
 struct kl_src_table {
     pthread_mutex_t mu;
     uint32_t per_source;
-    size_t mask;     /* slots - 1 (a power of two) */
     uint64_t k0, k1; /* random hash keys: sources cannot aim at a slot */
-    src_entry e[];
+    kl_hmap map;     /* of src_entry */
 };
 
 kl_src_table *kl_src_table_new(uint32_t max_handshaking, uint32_t per_source,
@@ -179,17 +180,17 @@ kl_src_table *kl_src_table_new(uint32_t max_handshaking, uint32_t per_source,
     *oom = false;
     if (per_source >= max_handshaking)
         return NULL; /* the global cap binds first */
-    size_t slots = 16;
-    while (slots < 2 * (size_t)max_handshaking)
-        slots *= 2;
-    kl_src_table *t = calloc(1, sizeof *t + slots * sizeof(src_entry));
-    if (!t || pthread_mutex_init(&t->mu, NULL) != 0) {
-        free(t);
-        *oom = true;
-        return NULL;
-    }
+    kl_src_table *t = calloc(1, sizeof *t);
+    if (!t)
+        goto oom;
+    kl_hmap_init(&t->map, sizeof(src_entry));
+    /* Room for every handshake at once, so that a take never allocates
+     * under the mutex: each entry holds at least one of them. */
+    if (kl_hmap_reserve(&t->map, max_handshaking) != KL_OK)
+        goto oom;
+    if (pthread_mutex_init(&t->mu, NULL) != 0)
+        goto oom;
     t->per_source = per_source;
-    t->mask = slots - 1;
     uint64_t k[2];
     if (getrandom(k, sizeof k, GRND_NONBLOCK) != (ssize_t)sizeof k) {
         /* no entropy yet: still distinct per process and start */
@@ -202,6 +203,12 @@ kl_src_table *kl_src_table_new(uint32_t max_handshaking, uint32_t per_source,
     t->k0 = k[0];
     t->k1 = k[1];
     return t;
+oom:
+    if (t)
+        kl_hmap_free(&t->map);
+    free(t);
+    *oom = true;
+    return NULL;
 }
 
 void kl_src_table_free(kl_src_table *t)
@@ -209,6 +216,7 @@ void kl_src_table_free(kl_src_table *t)
     if (!t)
         return;
     pthread_mutex_destroy(&t->mu);
+    kl_hmap_free(&t->map);
     free(t);
 }
 
@@ -221,30 +229,36 @@ static uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static size_t home(const kl_src_table *t, const uint8_t addr[16])
+static uint64_t src_hash(const kl_src_table *t, const uint8_t addr[16])
 {
     uint64_t a, b;
     memcpy(&a, addr, 8);
     memcpy(&b, addr + 8, 8);
-    return (size_t)(mix(mix(a ^ t->k0) ^ b ^ t->k1)) & t->mask;
+    return mix(mix(a ^ t->k0) ^ b ^ t->k1);
 }
 
-/* The slot holding addr, or the free slot where it would go. */
-static size_t find(const kl_src_table *t, const uint8_t addr[16])
+static bool same_addr(const void *slot, const void *addr)
 {
-    size_t i = home(t, addr);
-    while (t->e[i].n && memcmp(t->e[i].addr, addr, 16) != 0)
-        i = (i + 1) & t->mask;
-    return i;
+    return memcmp(((const src_entry *)slot)->addr, addr, 16) == 0;
+}
+
+static src_entry *find(const kl_src_table *t, const uint8_t addr[16])
+{
+    return kl_hmap_get_h(&t->map, src_hash(t, addr), same_addr, addr);
 }
 
 bool kl_src_take(kl_src_table *t, const uint8_t addr[16])
 {
     pthread_mutex_lock(&t->mu);
-    src_entry *e = &t->e[find(t, addr)];
-    bool ok = e->n < t->per_source;
+    bool found;
+    src_entry *e =
+        kl_hmap_put_h(&t->map, src_hash(t, addr), same_addr, addr, &found);
+    /* no room (cannot happen: reserved for max_handshaking) refuses */
+    bool ok = e && e->n < t->per_source;
     if (ok && e->n++ == 0)
         memcpy(e->addr, addr, 16);
+    else if (e && !found)
+        kl_hmap_remove(&t->map, e); /* per_source 0: nothing was taken */
     pthread_mutex_unlock(&t->mu);
     return ok;
 }
@@ -252,27 +266,17 @@ bool kl_src_take(kl_src_table *t, const uint8_t addr[16])
 void kl_src_put(kl_src_table *t, const uint8_t addr[16])
 {
     pthread_mutex_lock(&t->mu);
-    size_t i = find(t, addr);
-    if (t->e[i].n && --t->e[i].n == 0) {
-        /* Deletion without tombstones (backward shift): later entries of
-         * the probe run move up unless their home lies in (i, j]. */
-        for (size_t j = (i + 1) & t->mask; t->e[j].n; j = (j + 1) & t->mask) {
-            size_t k = home(t, t->e[j].addr);
-            bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
-            if (!stays) {
-                t->e[i] = t->e[j];
-                t->e[j].n = 0;
-                i = j;
-            }
-        }
-    }
+    src_entry *e = find(t, addr);
+    if (e && --e->n == 0)
+        kl_hmap_remove(&t->map, e);
     pthread_mutex_unlock(&t->mu);
 }
 
 uint32_t kl_src_count(kl_src_table *t, const uint8_t addr[16])
 {
     pthread_mutex_lock(&t->mu);
-    uint32_t n = t->e[find(t, addr)].n;
+    src_entry *e = find(t, addr);
+    uint32_t n = e ? e->n : 0;
     pthread_mutex_unlock(&t->mu);
     return n;
 }

@@ -24,7 +24,7 @@ static bool may_log(kl_shard *s, uint32_t *suppressed)
 {
     uint64_t now = kl_loop_now(s->ev.loop);
     *suppressed = 0;
-    if (now - s->logs.window_ns >= 1000000000ull) {
+    if (now - s->logs.window_ns >= KL_NS_PER_S) {
         *suppressed = s->logs.suppressed;
         s->logs.window_ns = now;
         s->logs.lines = 0;
@@ -187,7 +187,7 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
      * either, the pool answers `internal error` without doing the work. */
     uint64_t now = kl_loop_now(s->ev.loop), deadline = 0;
     if (ctx && ctx->has_deadline)
-        deadline = now + (uint64_t)ctx->deadline_ms * 1000000u;
+        deadline = now + kl_ms_to_ns((uint64_t)ctx->deadline_ms);
     if (srv->o.max_queue_time_ns &&
         (!deadline || now + srv->o.max_queue_time_ns < deadline))
         deadline = now + srv->o.max_queue_time_ns;

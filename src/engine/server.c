@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/time.h"
 #include "engine/acl.h"
 #include "engine/internal.h"
 
-#define SEC 1000000000ull
 /* Past max_handshaking new connections wait in the listen backlog
  * (reconnect storms, docs/DESIGN.md "Limits and backpressure"): ask for
  * the most, the kernel caps it at
@@ -33,9 +33,9 @@ static void apply_defaults(kl_server_opts *o)
     if (!o->max_buffered)
         o->max_buffered = 64u << 20;
     if (!o->idle_timeout_ns)
-        o->idle_timeout_ns = 30 * SEC;
+        o->idle_timeout_ns = 30 * KL_NS_PER_S;
     if (!o->handshake_timeout_ns)
-        o->handshake_timeout_ns = 10 * SEC;
+        o->handshake_timeout_ns = 10 * KL_NS_PER_S;
     if (!o->max_connections)
         o->max_connections = 10000;
     if (!o->max_handshaking)

@@ -17,7 +17,7 @@
 #include "core/time.h"
 #include "engine/internal.h"
 
-#define ACCEPT_RETRY_NS (100u * 1000000u)
+#define ACCEPT_RETRY_NS (100 * KL_NS_PER_MS)
 /* inline budget per loop turn (measured: docs/DESIGN.md "Inline fast
  * operations, wake-ups and memory") */
 #define KL_INLINE_TURN_NS (500u * 1000u)
@@ -93,7 +93,7 @@ static void access_line(const kl_srv_job *sj)
     for (size_t i = 0; i < KL_SKI_LEN; i++)
         snprintf(ski + 2 * i, 3, "%02x", k[i]);
     /* t0 is read only when metrics time requests; otherwise no duration */
-    double ms = sj->t0_ns ? (double)(kl_now_ns() - sj->t0_ns) / 1e6 : -1.0;
+    double ms = sj->t0_ns ? kl_ns_to_ms_f(kl_now_ns() - sj->t0_ns) : -1.0;
     kl_log_fields f = {.request_id = sj->request_id,
                        .client = kl_conn_peer_label(c),
                        .connection = c->addr,

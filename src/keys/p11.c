@@ -328,8 +328,7 @@ kl_status kl_p11_set_token(kl_p11_set *s, const kl_p11_uri *u,
 kl_status kl_p11_session_get(kl_p11_token *t, uint64_t deadline_ns,
                              CK_SESSION_HANDLE *h)
 {
-    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
-                          .tv_nsec = (long)(deadline_ns % 1000000000ull)};
+    struct timespec ts = kl_ns_to_timespec(deadline_ns);
     pthread_mutex_lock(&t->mu);
     while (t->n_idle == 0 && t->open >= t->max) {
         if (kl_now_ns() >= deadline_ns ||

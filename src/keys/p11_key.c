@@ -11,7 +11,7 @@
 #include "keys/store.h"
 
 /* How long loading waits for a session of a token whose pool is busy. */
-#define LOAD_WAIT_NS (5ull * 1000000000ull)
+#define LOAD_WAIT_NS (5 * KL_NS_PER_S)
 
 static kl_p11_key *key_of(const kl_p11_uri *u, kl_p11_token *t)
 {

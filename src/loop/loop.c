@@ -163,8 +163,7 @@ static int wait_events(kl_loop *l, int64_t timeout_ns)
     if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
         struct timespec ts, *tp = NULL;
         if (timeout_ns >= 0) {
-            ts.tv_sec = (time_t)(timeout_ns / 1000000000);
-            ts.tv_nsec = (long)(timeout_ns % 1000000000);
+            ts = kl_ns_to_timespec((uint64_t)timeout_ns);
             tp = &ts;
         }
         int n = epoll_pwait2(l->epfd, l->events, KL_LOOP_MAX_EVENTS, tp, NULL);
@@ -172,7 +171,9 @@ static int wait_events(kl_loop *l, int64_t timeout_ns)
             return n;
         atomic_store_explicit(&no_pwait2, true, memory_order_relaxed);
     }
-    int ms = timeout_ns < 0 ? -1 : (int)((timeout_ns + 999999) / 1000000);
+    int ms = timeout_ns < 0 ? -1
+                            : (int)((timeout_ns + (int64_t)KL_NS_PER_MS - 1) /
+                                    (int64_t)KL_NS_PER_MS);
     return epoll_wait(l->epfd, l->events, KL_LOOP_MAX_EVENTS, ms);
 }
 
@@ -183,7 +184,8 @@ kl_status kl_loop_run_once(kl_loop *l, int timeout_ms)
         timeout_ms = 0;
     if (l->stop)
         return KL_OK;
-    int64_t timeout_ns = timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000000;
+    int64_t timeout_ns =
+        timeout_ms < 0 ? -1 : (int64_t)timeout_ms * (int64_t)KL_NS_PER_MS;
     int64_t t = kl_loop_timer_timeout_ns(l);
     if (t >= 0 && (timeout_ns < 0 || t < timeout_ns))
         timeout_ns = t;

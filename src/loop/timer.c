@@ -111,8 +111,7 @@ int64_t kl_loop_timer_timeout_ns(const kl_loop *l)
     if (due <= now)
         return 0;
     uint64_t ns = due - now;
-    return ns > 86400ull * 1000000000u ? (int64_t)86400 * 1000000000
-                                       : (int64_t)ns;
+    return ns > kl_s_to_ns(86400) ? (int64_t)kl_s_to_ns(86400) : (int64_t)ns;
 }
 
 void kl_loop_run_timers(kl_loop *l)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/time.h"
 #include "metrics/internal.h"
 
 static bool reserve(mx_buf *b, size_t more)
@@ -154,7 +155,7 @@ void mx_put_hist(mx_buf *b, const char *name, const char *labels,
         mx_printf(b, "%s_sum{%.*s} ", name, (int)(n - 1), labels);
     else
         mx_printf(b, "%s_sum ", name);
-    mx_put_double(b, (double)h->sum_ns / 1e9);
+    mx_put_double(b, kl_ns_to_s_f(h->sum_ns));
     if (n)
         mx_printf(b, "\n%s_count{%.*s} %llu\n", name, (int)(n - 1), labels,
                   (unsigned long long)cum);

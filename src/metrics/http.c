@@ -53,7 +53,6 @@
 #define HX_ACCEPT_BURST 256 /* accept() calls per turn at most */
 #define HX_PAUSE_MS 100     /* no accept() after running out of fds */
 #define HX_WARN_MS 10000    /* one warning about evictions at most */
-#define MS_NS 1000000ull
 
 typedef struct hx_conn {
     int fd; /* -1: a free slot */
@@ -314,7 +313,7 @@ static hx_conn *slot_for_new(kl_metrics_http *h)
     count(h, MX_HTTP_EVICTED);
     h->evicted++;
     uint64_t now = kl_now_ns();
-    if (!h->warned_ns || now - h->warned_ns >= HX_WARN_MS * MS_NS) {
+    if (!h->warned_ns || now - h->warned_ns >= HX_WARN_MS * KL_NS_PER_MS) {
         kl_warn("metrics http: all %d connections were taken; closed %llu "
                 "of the oldest without a complete request to make room "
                 "(slow or idle clients on the metrics port: docs/METRICS.md, "
@@ -337,7 +336,7 @@ static void accept_new(kl_metrics_http *h, uint64_t now)
                 /* out of descriptors or memory: the backlog waits */
                 kl_warn("metrics http: accept: %s; retrying in %d ms",
                         strerror(errno), HX_PAUSE_MS);
-                h->accept_after_ns = now + HX_PAUSE_MS * MS_NS;
+                h->accept_after_ns = now + HX_PAUSE_MS * KL_NS_PER_MS;
             }
             return;
         }
@@ -358,14 +357,15 @@ static int poll_timeout_ms(const kl_metrics_http *h, uint64_t now)
         const hx_conn *c = &h->conn[i];
         if (c->fd < 0)
             continue;
-        uint64_t d =
-            c->since_ns + (c->answering ? HX_LIFE_MS : HX_HEAD_MS) * MS_NS;
+        uint64_t d = c->since_ns +
+                     (c->answering ? HX_LIFE_MS : HX_HEAD_MS) * KL_NS_PER_MS;
         if (d < next)
             next = d;
     }
     if (next == UINT64_MAX)
         return -1;
-    return next <= now ? 0 : (int)((next - now + MS_NS - 1) / MS_NS);
+    return next <= now ? 0
+                       : (int)((next - now + KL_NS_PER_MS - 1) / KL_NS_PER_MS);
 }
 
 static void *run(void *arg)
@@ -409,7 +409,8 @@ static void *run(void *arg)
         }
         for (size_t i = 0; i < HX_SLOTS; i++) {
             hx_conn *c = &h->conn[i];
-            uint64_t limit = (c->answering ? HX_LIFE_MS : HX_HEAD_MS) * MS_NS;
+            uint64_t limit =
+                (c->answering ? HX_LIFE_MS : HX_HEAD_MS) * KL_NS_PER_MS;
             if (c->fd >= 0 && now - c->since_ns >= limit) {
                 count(h, c->answering ? MX_HTTP_ANSWER_TIMEOUT
                                       : MX_HTTP_HEAD_TIMEOUT);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/time.h"
 #include "keyless/protocol.h"
 #include "metrics/internal.h"
 
@@ -119,7 +120,7 @@ static void render_backpressure(mx_buf *b, const mx_total *t)
     mx_family(b, "keylessd_accept_paused_seconds_total", "counter",
               "Time shards spent not accepting at max_handshaking.");
     mx_puts(b, "keylessd_accept_paused_seconds_total ");
-    mx_put_double(b, (double)t->paused_ns / 1e9);
+    mx_put_double(b, kl_ns_to_s_f(t->paused_ns));
     mx_puts(b, "\n");
     put_u64(b, "keylessd_accept_paused", "gauge",
             "Shards not accepting now because of max_handshaking.",
@@ -260,7 +261,7 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
         if (l->shard >= 0) {
             mx_printf(b, "keylessd_loop_busy_seconds_total{shard=\"%d\"} ",
                       l->shard);
-            mx_put_double(b, (double)LOAD(&l->busy_ns) / 1e9);
+            mx_put_double(b, kl_ns_to_s_f(LOAD(&l->busy_ns)));
             mx_puts(b, "\n");
         }
 
@@ -286,7 +287,7 @@ char *kl_metrics_render(kl_metrics *m, size_t *len)
     mx_buf b = {0};
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts); /* record.c's now_ns: kl_now_ns */
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t now = kl_timespec_to_ns(&ts);
     pthread_mutex_lock(&m->lock);
     for (kl_metrics_local *l = m->locals; l; l = l->next)
         add_slot(t, l, now);

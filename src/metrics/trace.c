@@ -27,7 +27,7 @@
 #include "metrics/trace.h"
 
 #define POLL_MS 100
-#define FAIL_LOG_NS (60ull * 1000000000ull)
+#define FAIL_LOG_NS (60 * KL_NS_PER_S)
 
 struct kl_trace_ring {
     _Atomic uint64_t head; /* producer */
@@ -203,7 +203,7 @@ static int64_t mono_to_unix(void)
 {
     struct timespec rt;
     clock_gettime(CLOCK_REALTIME, &rt);
-    int64_t real = (int64_t)rt.tv_sec * 1000000000ll + rt.tv_nsec;
+    int64_t real = (int64_t)kl_timespec_to_ns(&rt);
     return real - (int64_t)kl_now_ns();
 }
 
@@ -300,7 +300,7 @@ static void flush(kl_tracer *t, uint64_t until_ns)
                 BUMP(t, dropped_export, n); /* out of time at shutdown */
                 continue;
             }
-            uint64_t left = (until_ns - now) / 1000000u;
+            uint64_t left = (until_ns - now) / KL_NS_PER_MS;
             if (left < (uint64_t)budget)
                 budget = left ? (int)left : 1;
         }
@@ -317,17 +317,17 @@ static void *exporter_main(void *arg)
     while (!t->stopping) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += POLL_MS * 1000000l;
-        if (ts.tv_nsec >= 1000000000l) {
+        ts.tv_nsec += POLL_MS * (long)KL_NS_PER_MS;
+        if (ts.tv_nsec >= (long)KL_NS_PER_S) {
             ts.tv_sec++;
-            ts.tv_nsec -= 1000000000l;
+            ts.tv_nsec -= (long)KL_NS_PER_S;
         }
         pthread_cond_timedwait(&t->cv, &t->mu, &ts);
         if (t->stopping)
             break;
         pthread_mutex_unlock(&t->mu);
         uint64_t now = kl_now_ns();
-        if (now - last >= (uint64_t)t->flush_ms * 1000000u || half_full(t)) {
+        if (now - last >= kl_ms_to_ns((uint64_t)t->flush_ms) || half_full(t)) {
             flush(t, 0);
             last = kl_now_ns();
         }
@@ -335,7 +335,7 @@ static void *exporter_main(void *arg)
     }
     int wait_ms = t->final_wait_ms;
     pthread_mutex_unlock(&t->mu);
-    flush(t, kl_now_ns() + (uint64_t)(wait_ms > 0 ? wait_ms : 1) * 1000000u);
+    flush(t, kl_now_ns() + kl_ms_to_ns((uint64_t)(wait_ms > 0 ? wait_ms : 1)));
     return NULL;
 }
 

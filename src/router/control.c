@@ -149,9 +149,9 @@ static void *control_main(void *arg)
                           : wait_ms;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)wait_ms * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
+        uint64_t ns = (uint64_t)ts.tv_nsec + kl_ms_to_ns((uint64_t)wait_ms);
+        ts.tv_sec += (time_t)(ns / KL_NS_PER_S);
+        ts.tv_nsec = (long)(ns % KL_NS_PER_S);
         (void)pthread_cond_timedwait(&r->control_cv, &r->build_mu, &ts);
         if (r->control_stop)
             break;

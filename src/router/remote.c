@@ -163,7 +163,7 @@ int kl_remote_timeout_ms(const kl_remote *rm)
     const kl_router_opts *o = &rm->r->o;
     if (!rm->p99_ns)
         return o->timeout_ceiling_ms;
-    uint64_t ms = rm->p99_ns * (uint64_t)o->timeout_p99_factor / 1000000ull;
+    uint64_t ms = rm->p99_ns * (uint64_t)o->timeout_p99_factor / KL_NS_PER_MS;
     if (ms < (uint64_t)o->timeout_floor_ms)
         ms = (uint64_t)o->timeout_floor_ms;
     if (ms > (uint64_t)o->timeout_ceiling_ms)
@@ -200,12 +200,12 @@ static void on_probe(void *arg, const kl_result *res)
         if (!fresh) {
             if (!rm->measured)
                 kl_debug("router: remote %s measured (ping %.1f ms)", rm->name,
-                         (double)res->elapsed_ns / 1e6);
+                         kl_ns_to_ms_f(res->elapsed_ns));
             kl_remote_sample2(rm, res->elapsed_ns, wait_ns);
         }
         if (!rm->up)
             kl_info("router: remote %s is up (ping %.1f ms)", rm->name,
-                    (double)res->elapsed_ns / 1e6);
+                    kl_ns_to_ms_f(res->elapsed_ns));
         rm->up = true;
         c->probe_failures = 0;
         if (fresh)
@@ -381,7 +381,7 @@ void kl_upconn_detach(kl_upconn *c, kl_rreq *q)
 static void close_idle(kl_remote *rm)
 {
     uint64_t now = kl_now_ns();
-    uint64_t idle_ns = (uint64_t)rm->r->o.conn_idle_ms * 1000000ull;
+    uint64_t idle_ns = kl_ms_to_ns((uint64_t)rm->r->o.conn_idle_ms);
     unsigned live = 0;
     for (unsigned i = 0; i < rm->nconns; i++)
         live += !rm->conns[i]->dead;
@@ -469,8 +469,8 @@ void kl_remote_stats_fill(const kl_remote *rm, kl_remote_stats *out)
     snprintf(out->region, sizeof out->region, "%s", rm->region);
     out->up = rm->up;
     out->in_table = rm->in_table;
-    out->ewma_ms = rm->measured ? rm->ewma_ns / 1e6 : -1.0;
-    out->p99_ms = rm->p99_ns ? (double)rm->p99_ns / 1e6 : -1.0;
+    out->ewma_ms = rm->measured ? rm->ewma_ns / (double)KL_NS_PER_MS : -1.0;
+    out->p99_ms = rm->p99_ns ? kl_ns_to_ms_f(rm->p99_ns) : -1.0;
     out->timeout_ms = kl_remote_timeout_ms(rm);
     out->conns = rm->nconns;
     out->idle_closed = rm->idle_closed;

@@ -20,8 +20,6 @@
 #include "router/dns.h"
 #include "router/router_int.h"
 
-#define MS 1000000ull
-
 /* ---- finishing ------------------------------------------------------- */
 
 /* The hand-over from other threads: a few pointer writes under inbox_mu,
@@ -210,7 +208,7 @@ void kl_rt_next_attempt(kl_rreq *q)
          * than shedding it for missing a 20 ms attempt timeout; the
          * attempt timeout is the router's own (stall.c): it ends an
          * attempt only when the connection stops answering */
-        uint64_t left_ms = (q->deadline_ns - now) / MS;
+        uint64_t left_ms = (q->deadline_ns - now) / KL_NS_PER_MS;
         int timeout = left_ms > INT32_MAX ? INT32_MAX
                       : left_ms           ? (int)left_ms
                                           : 1;
@@ -405,7 +403,8 @@ static void on_probe_timer(kl_loop *loop, kl_timer *t)
 {
     kl_router *r = t->data;
     kl_remote_probe_all(r);
-    if (kl_timer_after(loop, t, (uint64_t)r->o.ping_interval_ms * MS) != KL_OK)
+    if (kl_timer_after(loop, t, kl_ms_to_ns((uint64_t)r->o.ping_interval_ms)) !=
+        KL_OK)
         kl_error("router: cannot arm the probe timer; remotes are no longer "
                  "probed");
 }
@@ -551,7 +550,7 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
     }
     /* installed on the loop thread before anything else runs there */
     if (kl_timer_after(r->loop, &r->probe_timer,
-                       (uint64_t)o->ping_interval_ms * MS) != KL_OK ||
+                       kl_ms_to_ns((uint64_t)o->ping_interval_ms)) != KL_OK ||
         pthread_create(&r->thread, NULL, router_main, r) != 0) {
         kl_router_free(r);
         return KL_E_NOMEM;
@@ -642,7 +641,7 @@ kl_status kl_router_route(kl_router *r, const kl_route_req *rr,
                       ? rr->ctx->deadline_ms
                       : (uint64_t)r->o.default_deadline_ms;
     q->t0_ns = kl_now_ns();
-    q->deadline_ns = q->t0_ns + ms * MS;
+    q->deadline_ns = q->t0_ns + kl_ms_to_ns(ms);
     if (h)
         h->req = q;
     /* The shard's whole hand-over: one counter, the inbox lock for a few

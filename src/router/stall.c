@@ -67,8 +67,6 @@
 #include "core/time.h"
 #include "router/router_int.h"
 
-#define MS 1000000ull
-
 static void on_stall_timer(kl_loop *loop, kl_timer *t);
 
 void kl_rt_stall_init(kl_upconn *c)
@@ -84,7 +82,7 @@ static uint64_t stall_ns(const kl_upconn *c)
     if (kl_target_active_server(c->t) < 0 &&
         ms < c->rm->r->o.connect_timeout_ms)
         ms = c->rm->r->o.connect_timeout_ms;
-    return (uint64_t)ms * MS;
+    return kl_ms_to_ns((uint64_t)ms);
 }
 
 /* When the head attempt is due: one timeout after it was sent or after
@@ -156,7 +154,7 @@ static void overdue(kl_upconn *c, kl_rreq *q)
     if (rm->up)
         kl_info("router: remote %s: no answer for %llu ms; trying the next "
                 "route",
-                rm->name, (unsigned long long)(stall_ns(c) / MS));
+                rm->name, (unsigned long long)(stall_ns(c) / KL_NS_PER_MS));
     rm->up = false; /* until a probe says otherwise */
     kl_rt_next_attempt(q);
 }
@@ -167,7 +165,7 @@ static void overdue(kl_upconn *c, kl_rreq *q)
  * it is up: no handshake allowance, and no lock taken per answer). */
 static uint64_t gap_ns(const kl_upconn *c)
 {
-    return (uint64_t)kl_remote_timeout_ms(c->rm) * MS;
+    return kl_ms_to_ns((uint64_t)kl_remote_timeout_ms(c->rm));
 }
 
 static kl_rt_answered *slot(kl_upconn *c, const uint8_t *ski, uint8_t opcode)
@@ -253,7 +251,7 @@ static void lost(kl_upconn *c, kl_rreq *q)
                 "by requests for the same key sent %llu ms later); each "
                 "tried %s",
                 rm->name, (unsigned long long)rm->lost,
-                (unsigned long long)(gap_ns(c) / MS),
+                (unsigned long long)(gap_ns(c) / KL_NS_PER_MS),
                 elsewhere ? "on the next route" : "again");
     if (again)
         untry(q, rm);

@@ -19,11 +19,11 @@ static void test_basic(void **state)
     assert_ptr_equal(kl_u64map_get(&m, 1), &a);
     assert_ptr_equal(kl_u64map_get(&m, 0), &b);
     assert_int_equal(kl_u64map_put(&m, 1, &b), KL_OK); /* replace */
-    assert_int_equal(m.count, 2);
+    assert_int_equal(kl_u64map_count(&m), 2);
     assert_ptr_equal(kl_u64map_del(&m, 1), &b);
     assert_null(kl_u64map_get(&m, 1));
     assert_int_equal(kl_u64map_put(&m, 5, NULL), KL_E_BAD_VALUE);
-    assert_int_equal(m.count, 1);
+    assert_int_equal(kl_u64map_count(&m), 1);
     kl_u64map_free(&m);
 }
 
@@ -58,7 +58,7 @@ static void test_random_against_array(void **state)
                 assert_ptr_equal(kl_u64map_get(&m, (uint64_t)i << 20), ref[i]);
         }
     }
-    assert_int_equal(m.count, live);
+    assert_int_equal(kl_u64map_count(&m), live);
     kl_u64map_free(&m);
 }
 

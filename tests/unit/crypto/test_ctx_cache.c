@@ -64,9 +64,9 @@ static void test_hit_and_reference(void **state)
 
 #define MANY 20000
 
-/* 20,000 keys in round-robin: the 512 starting slots miss every time, so
- * the table grows until the keys fit and later rounds mostly hit; every
- * entry still names its own key after the moves. */
+/* 20,000 keys in round-robin: the 512 starting slots are full and every
+ * miss evicts, so the table grows until the keys fit and later rounds
+ * mostly hit; every entry still names its own key after the moves. */
 static void test_grows_under_many_keys(void **state)
 {
     (void)state;
@@ -87,7 +87,7 @@ static void test_grows_under_many_keys(void **state)
     setups = 0;
     for (int i = 0; i < MANY; i++)
         assert_ptr_equal(kl_ctx_cache_get(k[i], 1, count_setup)->pkey, k[i]);
-    /* direct-mapped at >= 3 slots per key: most keys have a slot alone */
+    /* at >= 3 slots per key every key has its entry: few misses */
     assert_true(setups < MANY / 3);
     /* one key does not grow a fresh table */
     kl_ctx_cache_thread_free();

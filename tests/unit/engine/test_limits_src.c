@@ -3,6 +3,7 @@
  * source, counts given back, and the open-addressing table's deletion -
  * checked against a plain model through many random takes and puts on a
  * table small enough that probe runs collide and wrap. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,11 +87,51 @@ static void test_random_against_model(void **state)
     kl_src_table_free(t);
 }
 
+/* Shards share one table behind its mutex: threads taking and giving back
+ * on overlapping sources leave every count where it started (and TSan
+ * sees every access to the map under the lock). */
+enum { T_THREADS = 4, T_SOURCES = 32, T_STEPS = 20000 };
+
+static kl_src_table *shared;
+
+static void *churn(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    for (int step = 0; step < T_STEPS; step++) {
+        uint8_t a[16];
+        addr_of((unsigned)rand_r(&seed) % T_SOURCES, a);
+        if (kl_src_take(shared, a))
+            kl_src_put(shared, a);
+    }
+    return NULL;
+}
+
+static void test_threads_share_the_table(void **state)
+{
+    (void)state;
+    bool oom;
+    shared = kl_src_table_new(T_THREADS * 2, T_THREADS, &oom);
+    assert_non_null(shared);
+    pthread_t th[T_THREADS];
+    for (uintptr_t i = 0; i < T_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, churn, (void *)(i + 1)),
+                         0);
+    for (int i = 0; i < T_THREADS; i++)
+        pthread_join(th[i], NULL);
+    for (unsigned j = 0; j < T_SOURCES; j++) {
+        uint8_t a[16];
+        addr_of(j, a);
+        assert_int_equal(kl_src_count(shared, a), 0);
+    }
+    kl_src_table_free(shared);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cap_and_release),
         cmocka_unit_test(test_random_against_model),
+        cmocka_unit_test(test_threads_share_the_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
