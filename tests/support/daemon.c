@@ -147,19 +147,25 @@ void td_dump_log(const td_daemon *d)
     free(log);
 }
 
-/* The daemon side of fork(): its log, its death with the test, exec. */
-static void child_exec(char **argv, const char *log_path, pid_t parent)
+void td_child_setup(const char *log_path, bool append, pid_t parent)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(127);
     int in = open("/dev/null", O_RDONLY);
-    int out = open(log_path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    int out = open(log_path, O_CREAT | (append ? O_APPEND : O_TRUNC) | O_WRONLY,
+                   0644);
     if (in < 0 || out < 0)
         _exit(126);
     dup2(in, 0);
     dup2(out, 1);
     dup2(out, 2);
+}
+
+/* The daemon side of fork(): its log, its death with the test, exec. */
+static void child_exec(char **argv, const char *log_path, pid_t parent)
+{
+    td_child_setup(log_path, false, parent);
     execvp(argv[0], argv); /* a wrapper is found on PATH */
     fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
     _exit(127);

@@ -55,6 +55,12 @@ void td_freeze(td_daemon *d);
 /* Waits up to timeout_ms for the daemon to exit by itself; returns its
  * status as td_stop does, or -2 when it is still running. */
 int td_wait(td_daemon *d, int timeout_ms);
+/* In a child of fork(), before exec: stdin from /dev/null, stdout and
+ * stderr to log_path (appended or truncated), killed when the test process
+ * dies (and _exit(127) if it already has). _exit(126) when the files
+ * cannot be opened. */
+void td_child_setup(const char *log_path, bool append, pid_t parent);
+
 /* Prints the last bytes of the log to stderr. */
 void td_dump_log(const td_daemon *d);
 /* The log as text (malloc'd). */

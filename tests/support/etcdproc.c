@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -158,16 +157,7 @@ static void spawn(te_cluster *c, int i)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int in = open("/dev/null", O_RDONLY);
-        int out = open(lp, O_CREAT | O_APPEND | O_WRONLY, 0644);
-        if (in < 0 || out < 0)
-            _exit(126);
-        dup2(in, 0);
-        dup2(out, 1);
-        dup2(out, 2);
+        td_child_setup(lp, true, parent);
         /* etcd takes ETCD_* variables as flags: none of the caller's */
         clearenv();
         setenv("PATH", "/usr/bin:/bin", 1);

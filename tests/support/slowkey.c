@@ -23,7 +23,7 @@ static struct {
 } slow[MAX_SLOW];
 static int nslow;
 
-static const char *softhsm_module(void)
+const char *tp_softhsm_module(void)
 {
     static const char *paths[] = {
         "/usr/lib/softhsm/libsofthsm2.so",
@@ -66,7 +66,7 @@ static void init(void)
 {
     if (dir)
         return;
-    const char *module = softhsm_module();
+    const char *module = tp_softhsm_module();
     if (!module)
         fail_msg("SoftHSM2 is not installed (scripts/install-deps.sh)");
     /* p11-kit looks for a relative module path in its own directory */

@@ -35,4 +35,8 @@ const char *td_slow_key(const char *key, unsigned ms, unsigned sessions);
  * keylessd already serving it sees the change at its next operation. */
 void td_slow_key_set(const char *uri, unsigned ms);
 
+/* SoftHSM2's PKCS#11 module where Debian (or another layout) puts it;
+ * NULL when it is not installed. */
+const char *tp_softhsm_module(void);
+
 #endif

@@ -16,6 +16,7 @@
 #include <openssl/pem.h>
 
 #include "cryptotest.h"
+#include "slowkey.h"
 
 #define HT_PIN_A "1234"
 #define HT_PIN_B "5678"
@@ -25,16 +26,7 @@ static char ht_module[256];
 
 static const char *ht_find_module(void)
 {
-    static const char *paths[] = {
-        "/usr/lib/softhsm/libsofthsm2.so",
-        "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so",
-        "/usr/lib64/softhsm/libsofthsm2.so",
-        "/usr/local/lib/softhsm/libsofthsm2.so",
-    };
-    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
-        if (access(paths[i], R_OK) == 0)
-            return paths[i];
-    return NULL;
+    return tp_softhsm_module();
 }
 
 static void ht_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
