@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <openssl/evp.h>
 
@@ -152,5 +153,14 @@ KL_WUR kl_status kl_sealed_open(const kl_sealed *s, size_t index,
  * logs name a recipient key (buf >= KL_SEALED_FP_LEN). */
 #define KL_SEALED_FP_LEN 40
 void kl_sealed_fingerprint(const uint8_t *pk, size_t pk_len, char *buf);
+
+/* The sealed key's type from its public key: "RSA-2048", "ECDSA-P-256",
+ * "Ed25519", or "unknown". */
+void kl_sealed_key_desc(const kl_sealed *s, char *buf, size_t len);
+
+/* What `keyless-seal inspect` shows, opening nothing: version, policy,
+ * SKI, key type, and each recipient's kind, name, KEM and key
+ * fingerprint - as text lines, or as one JSON object. */
+void kl_sealed_print(const kl_sealed *s, bool json, FILE *out);
 
 #endif
