@@ -33,7 +33,7 @@ static const char *seal_file(const char *dir, const char *name, EVP_PKEY *key,
                              const uint8_t *ski_override)
 {
     kl_sealed_to to[4];
-    char names[4][8];
+    char names[4][24];
     for (size_t i = 0; i < n; i++) {
         snprintf(names[i], sizeof names[i], "n%zu", i);
         to[i] = (kl_sealed_to){KL_SEALED_NODE, names[i], nodes[i].kem,
