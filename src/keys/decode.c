@@ -45,11 +45,6 @@ struct kl_key_decoder {
     kl_pair_cache pair;
 };
 
-kl_pair_cache *kl_key_decoder_pairs(kl_key_decoder *d)
-{
-    return &d->pair;
-}
-
 kl_key_decoder *kl_key_decoder_new(void)
 {
     return OPENSSL_zalloc(sizeof(kl_key_decoder));

@@ -68,8 +68,6 @@ typedef struct kl_pair_cache {
 } kl_pair_cache;
 
 void kl_pair_cache_free(kl_pair_cache *c);
-/* The decoder's pair cache, for keys decoded elsewhere (sealed keys). */
-kl_pair_cache *kl_key_decoder_pairs(kl_key_decoder *d);
 
 /* Whether the public part of a key checked by kl_key_check_pkey belongs to
  * its private part (pair.c says how, cheaply). KL_E_KEY with "the private

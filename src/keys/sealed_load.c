@@ -89,24 +89,25 @@ size_t kl_keystore_held_elsewhere_count(const kl_keystore *ks)
     return ks ? ks->n_elsewhere : 0;
 }
 
-/* The opened key through the key file rules (type, size, pair), its SKI
- * checked against the file's, then indexed. */
+/* The plaintext through the key file decoder (the same formats, types,
+ * sizes and pair check as a key file, with its cached contexts), its SKI
+ * checked against the file's - which the parser checked against the
+ * file's public key - then indexed. */
 static kl_status insert_opened(kl_keystore *ks, const kl_sealed *s,
-                               EVP_PKEY *key, const char *path)
+                               const uint8_t *der, size_t len, const char *path)
 {
     kl_key_info info;
     char why[KL_KEY_WHY_LEN];
     uint8_t ski[KL_SKI_LEN];
-    if (!ks->decoder && !(ks->decoder = kl_key_decoder_new())) {
-        EVP_PKEY_free(key);
+    EVP_PKEY *key = NULL;
+    if (!ks->decoder && !(ks->decoder = kl_key_decoder_new()))
         return KL_E_NOMEM;
-    }
-    if (kl_key_check_pkey(key, &info, why, sizeof why) != KL_OK ||
-        kl_key_check_pair(kl_key_decoder_pairs(ks->decoder), key, &info, why,
-                          sizeof why) != KL_OK) {
-        EVP_PKEY_free(key);
+    kl_status st = kl_key_decode_buffer(ks->decoder, der, len, &key, &info, why,
+                                        sizeof why);
+    if (st == KL_E_NOMEM)
+        return st;
+    if (st != KL_OK)
         return refuse(ks, path, "the key inside: %s", why);
-    }
     if (kl_ski_from_pkey(key, ski) != KL_OK ||
         memcmp(ski, s->ski, KL_SKI_LEN) != 0) {
         EVP_PKEY_free(key);
@@ -131,11 +132,18 @@ static kl_status open_parsed(kl_keystore *ks, const kl_sealed *s,
         return add_elsewhere(ks, s, path,
                              "this server's sealing_attributes do not "
                              "satisfy its policy");
-    EVP_PKEY *key = NULL;
+    uint8_t *der = NULL;
+    size_t len = 0;
     char err[512];
-    if (kl_sealed_open(s, idx, o->sealing_key, &key, err, sizeof err) != KL_OK)
+    kl_status st =
+        kl_sealed_open_der(s, idx, o->sealing_key, &der, &len, err, sizeof err);
+    if (st == KL_E_NOMEM)
+        return st;
+    if (st != KL_OK)
         return refuse(ks, path, "%s", err);
-    return insert_opened(ks, s, key, path);
+    st = insert_opened(ks, s, der, len, path);
+    OPENSSL_clear_free(der, len);
+    return st;
 }
 
 kl_status kl_keystore_add_sealed(kl_keystore *ks, const char *path)

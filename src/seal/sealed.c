@@ -13,7 +13,6 @@
 
 #include <openssl/crypto.h>
 #include <openssl/err.h>
-#include <openssl/x509.h>
 
 #include "core/cursor.h"
 
@@ -294,16 +293,15 @@ static kl_status parse_key(parse_state *p, kl_sealed *s)
                     "public key length: %u is not within 1..%d", n,
                     KL_SEALED_MAX_SPKI);
     KL_GUARD(take(p, n, &b, "public key"));
-    const unsigned char *q = b;
-    EVP_PKEY *pk = d2i_PUBKEY(NULL, &q, n);
-    bool whole = pk && q == b + n;
-    EVP_PKEY_free(pk);
-    ERR_clear_error();
-    if (!whole)
+    uint8_t ski[KL_SEALED_SKI_LEN];
+    if (kl_sealed_spki_ski(b, n, ski) != KL_OK)
         return fail(p, KL_E_BAD_VALUE, off,
                     "public key: not one DER SubjectPublicKeyInfo of %u "
                     "bytes",
                     n);
+    if (memcmp(ski, s->ski, KL_SEALED_SKI_LEN) != 0)
+        return fail(p, KL_E_BAD_VALUE, off - 22,
+                    "ski: not the SKI of the public key that follows it");
     KL_ENSURE((s->spki = malloc(n)) != NULL, KL_E_NOMEM);
     memcpy(s->spki, b, n);
     s->spki_len = n;
@@ -341,10 +339,17 @@ static kl_status parse_recipient(parse_state *p, kl_sealed_recipient *r)
                     r->kem);
     off = at(p);
     KL_GUARD(take(p, r->pk_len, &b, "recipient public key"));
-    EVP_PKEY *pk = NULL;
-    kl_status st = kl_hpke_public_key(r->kem, b, r->pk_len, &pk);
-    EVP_PKEY_free(pk);
-    ERR_clear_error();
+    /* Any 32 bytes are an X25519 key (RFC 9180 section 7.1.4 checks the
+     * DH result instead), so only a P-256 point needs importing: on the
+     * curve, uncompressed. Importing each X25519 key as well cost most
+     * of a load with 100 recipients per file and could not fail. */
+    kl_status st = KL_OK;
+    if (r->kem == KL_HPKE_KEM_P256) {
+        EVP_PKEY *pk = NULL;
+        st = kl_hpke_public_key(r->kem, b, r->pk_len, &pk);
+        EVP_PKEY_free(pk);
+        ERR_clear_error();
+    }
     if (st != KL_OK)
         return fail(p, KL_E_BAD_VALUE, off,
                     "recipient public key: not a valid key of its KEM");

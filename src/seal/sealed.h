@@ -135,16 +135,30 @@ KL_WUR kl_status kl_sealed_seal(const char *policy, EVP_PKEY *key,
                                 uint8_t **out, size_t *out_len, char *err,
                                 size_t errlen);
 
+/* The SKI (protocol P7: SHA-1 over the subjectPublicKey BIT STRING
+ * contents) of a DER SubjectPublicKeyInfo, after checking its framing
+ * (spki.c); KL_E_BAD_VALUE for bytes that are not one. A file's SKI must
+ * be its public key's, checked by the parser and the sealer. */
+KL_WUR kl_status kl_sealed_spki_ski(const uint8_t *der, size_t len,
+                                    uint8_t ski[KL_SEALED_SKI_LEN]);
+
 /* The recipient entry whose KEM and public key are those of node_key (a
  * private key of any provider; only its public half is read here), or
  * KL_E_NOT_FOUND. */
 KL_WUR kl_status kl_sealed_find(const kl_sealed *s, const EVP_PKEY *node_key,
                                 size_t *index);
 
-/* Opens entry index with node_key: unwraps the data key, decrypts the
- * body, decodes the PKCS#8 key and checks that it is the key of the SPKI.
- * KL_E_KEY when any step fails (err says which). The plaintext DER is
- * wiped before return; *key is the caller's. */
+/* Opens entry index with node_key: unwraps the data key and decrypts the
+ * body into *der (OPENSSL_malloc'd PKCS#8 DER, *der_len bytes, which the
+ * caller wipes and frees with OPENSSL_clear_free). KL_E_KEY when either
+ * step fails (err says which). For a caller with its own key decoder
+ * (the key store), which then checks the key's SKI against s->ski. */
+KL_WUR kl_status kl_sealed_open_der(const kl_sealed *s, size_t index,
+                                    EVP_PKEY *node_key, uint8_t **der,
+                                    size_t *der_len, char *err, size_t errlen);
+/* kl_sealed_open_der, then decodes the PKCS#8 key and checks that it is
+ * the key of the SPKI. The plaintext DER is wiped before return; *key is
+ * the caller's. */
 KL_WUR kl_status kl_sealed_open(const kl_sealed *s, size_t index,
                                 EVP_PKEY *node_key, EVP_PKEY **key, char *err,
                                 size_t errlen);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/rand.h>
@@ -80,10 +81,19 @@ static kl_status pkcs8_der(EVP_PKEY *key, uint8_t **der, size_t *len)
     return KL_OK;
 }
 
+/* The key's SubjectPublicKeyInfo; an EC point always uncompressed, the
+ * form keylessd's SKI hashes (keys/ski.c), so that the file's SKI is its
+ * public key's. */
 static kl_status spki_der(EVP_PKEY *key, kl_sealed *s)
 {
     unsigned char *buf = NULL;
-    int n = i2d_PUBKEY(key, &buf);
+    EVP_PKEY *pub = EVP_PKEY_dup(key);
+    if (pub && EVP_PKEY_is_a(pub, "EC"))
+        EVP_PKEY_set_utf8_string_param(
+            pub, OSSL_PKEY_PARAM_EC_POINT_CONVERSION_FORMAT,
+            OSSL_PKEY_EC_POINT_CONVERSION_FORMAT_UNCOMPRESSED);
+    int n = pub ? i2d_PUBKEY(pub, &buf) : -1;
+    EVP_PKEY_free(pub);
     if (n <= 0 || (size_t)n > KL_SEALED_MAX_SPKI) {
         OPENSSL_free(buf);
         ERR_clear_error();
@@ -210,6 +220,13 @@ kl_status kl_sealed_seal(const char *policy, EVP_PKEY *key,
         st = set_recipients(s, to, n_to, err, errlen);
     if (st == KL_OK && (st = spki_der(key, s)) != KL_OK)
         kl_errf(err, errlen, "the key has no public key OpenSSL can write");
+    uint8_t spki_ski[KL_SEALED_SKI_LEN];
+    if (st == KL_OK &&
+        (kl_sealed_spki_ski(s->spki, s->spki_len, spki_ski) != KL_OK ||
+         memcmp(spki_ski, ski, KL_SEALED_SKI_LEN) != 0)) {
+        kl_errf(err, errlen, "the SKI given is not the key's");
+        st = KL_E_BAD_VALUE;
+    }
     if (st == KL_OK && (st = pkcs8_der(key, &der, &der_len)) != KL_OK)
         kl_errf(err, errlen, "the key cannot be written as PKCS#8 (%s)",
                 st == KL_E_TOO_LARGE ? "too large" : "not a private key");
@@ -271,10 +288,12 @@ static kl_status decode_key(const kl_sealed *s, const uint8_t *der, size_t len,
     return KL_OK;
 }
 
-kl_status kl_sealed_open(const kl_sealed *s, size_t index, EVP_PKEY *node_key,
-                         EVP_PKEY **key, char *err, size_t errlen)
+kl_status kl_sealed_open_der(const kl_sealed *s, size_t index,
+                             EVP_PKEY *node_key, uint8_t **der, size_t *der_len,
+                             char *err, size_t errlen)
 {
-    *key = NULL;
+    *der = NULL;
+    *der_len = 0;
     KL_ENSURE(s != NULL && index < s->n_rcpt && node_key != NULL,
               KL_E_BAD_VALUE);
     const kl_sealed_recipient *r = &s->rcpt[index];
@@ -294,19 +313,33 @@ kl_status kl_sealed_open(const kl_sealed *s, size_t index, EVP_PKEY *node_key,
         return KL_E_KEY;
     }
     size_t len = s->ct_len - KL_HPKE_TAG_LEN;
-    uint8_t *der = OPENSSL_malloc(len);
-    if (!der) {
+    uint8_t *pt = OPENSSL_malloc(len);
+    if (!pt) {
         OPENSSL_cleanse(dk, sizeof dk);
         return KL_E_NOMEM;
     }
-    st = body_gcm(0, dk, s, s->ct, len, der);
+    st = body_gcm(0, dk, s, s->ct, len, pt);
     OPENSSL_cleanse(dk, sizeof dk);
-    if (st == KL_OK)
-        st = decode_key(s, der, len, key, err, errlen);
-    else
+    if (st != KL_OK) {
+        OPENSSL_clear_free(pt, len);
         kl_errf(err, errlen,
                 "the key does not decrypt: the file was altered after "
                 "sealing");
+        return st;
+    }
+    *der = pt;
+    *der_len = len;
+    return KL_OK;
+}
+
+kl_status kl_sealed_open(const kl_sealed *s, size_t index, EVP_PKEY *node_key,
+                         EVP_PKEY **key, char *err, size_t errlen)
+{
+    *key = NULL;
+    uint8_t *der = NULL;
+    size_t len = 0;
+    KL_GUARD(kl_sealed_open_der(s, index, node_key, &der, &len, err, errlen));
+    kl_status st = decode_key(s, der, len, key, err, errlen);
     OPENSSL_clear_free(der, len);
     return st;
 }

@@ -48,7 +48,11 @@ static void make(fixture *f, const char *alg, const char *param)
         f->to[i] = (kl_sealed_to){i == 2 ? KL_SEALED_ESCROW : KL_SEALED_NODE,
                                   names[i], kem_of[i], f->pk[i], f->pk_len[i]};
     }
-    memset(f->ski, 0x5c, sizeof f->ski);
+    unsigned char *der = NULL;
+    int dl = i2d_PUBKEY(f->key, &der);
+    assert_true(dl > 0);
+    assert_int_equal(kl_sealed_spki_ski(der, (size_t)dl, f->ski), KL_OK);
+    OPENSSL_free(der);
     char err[256] = "";
     kl_status s =
         kl_sealed_seal("region = eu-west or region=eu-central", f->key, f->ski,
@@ -266,6 +270,8 @@ static void test_every_byte_flipped(void **state)
     unmake(&f);
 }
 
+static void other_ski(kl_sealed *s);
+
 /* Re-assembles the file after change() and checks no one opens it. */
 static void reassembled(fixture *f, void (*change)(kl_sealed *s))
 {
@@ -280,7 +286,9 @@ static void reassembled(fixture *f, void (*change)(kl_sealed *s))
     kl_sealed_free(s);
     for (size_t r = 0; r < NR; r++) {
         kl_status st = open_as(f, b, bl, r);
-        assert_true(st == KL_E_KEY || st == KL_E_NOT_FOUND);
+        /* another SKI no longer matches the public key: refused at parse */
+        assert_true(st == KL_E_KEY || st == KL_E_NOT_FOUND ||
+                    (change == other_ski && st == KL_E_BAD_VALUE));
     }
     free(b);
 }
@@ -376,6 +384,10 @@ static void test_fields(void **state)
     /* the same policy spelt with a tab: parses, but is not canonical */
     refused(b, n, p, '\t', KL_E_BAD_VALUE, "not in canonical form");
     size_t ski = 14 + strlen("region=eu-west or region=eu-central");
+    refused(b, n, ski + 3, b[ski + 3] ^ 1, KL_E_BAD_VALUE,
+            "at 49: ski: not the SKI of the public key that follows it");
+    /* the public key's framing: long-form length where short will do */
+    refused(b, n, ski + 23, 0x81, KL_E_BAD_VALUE, "public key: not one DER");
     refused(b, n, ski + 20, 0xff, KL_E_BAD_VALUE, "public key length");
     refused(b, n, ski + 22, 0x31, KL_E_BAD_VALUE,
             "public key: not one DER SubjectPublicKeyInfo");
@@ -458,6 +470,14 @@ static void test_seal_arguments(void **state)
     assert_null(b);
     OPENSSL_free(der);
     EVP_PKEY_free(pub);
+    /* an SKI that is not the key's */
+    uint8_t wrong[KL_SEALED_SKI_LEN];
+    memcpy(wrong, f.ski, sizeof wrong);
+    wrong[0] ^= 1;
+    assert_int_equal(
+        kl_sealed_seal("a=1", f.key, wrong, f.to, NR, &b, &bl, err, sizeof err),
+        KL_E_BAD_VALUE);
+    assert_string_equal(err, "the SKI given is not the key's");
     assert_true(kl_sealed_name_ok("dub-1.a_b:c", 11));
     assert_false(kl_sealed_name_ok("", 0));
     assert_false(kl_sealed_name_ok("a/b", 3));
