@@ -8,7 +8,8 @@
  * stops --check and is refused at a reload with a message naming it and
  * counted in keylessd_sealed_keys_refused_total, while the other keys
  * stay; a re-wrap that revokes this server makes the key held elsewhere
- * at the next reload. */
+ * at the next reload; a sealed file copied into a watched directory is
+ * served without a signal. */
 #include "daemon.h"
 #include "net.h"
 #include "pki.h"
@@ -306,12 +307,58 @@ static void test_revoked(void **state)
     assert_true(log_has("ec.sealed: sealed key "));
 }
 
+/* With the key directory watched, a sealed file copied in is opened and
+ * served without a signal (the watcher's reload). Runs last: it re-seals
+ * ec.pem to this server for a second daemon. */
+static void test_watched(void **state)
+{
+    (void)state;
+    char *wdir = tp_tempdir("sealed-watch");
+    static char a_key[1200];
+    snprintf(a_key, sizeof a_key, "--sealing-key=%s", at("in.key"));
+    td_daemon w;
+    td_opts o = {.name = "sealed-watch",
+                 .key_dirs = wdir,
+                 .extra = (const char *[]){a_key, "--watch-key-dirs=true",
+                                           "--watch-delay=50ms", NULL}};
+    td_start(&w, &o);
+    char dst[1200];
+    snprintf(dst, sizeof dst, "%s/ec.sealed", wdir);
+    free(seal_run(0, (const char *[]){"seal", "--policy", "region=eu-west",
+                                      "--fleet", at("fleet.yaml"), at("ec.pem"),
+                                      "-o", dst, NULL}));
+    char *log = NULL;
+    for (int i = 0; i < 500; i++) {
+        free(log);
+        log = td_read_log(&w);
+        if (strstr(log, "reloaded: 1 keys"))
+            break;
+        usleep(20000);
+    }
+    if (!strstr(log, "reloaded: 1 keys")) {
+        td_dump_log(&w);
+        fail_msg("the watched directory's sealed file was not loaded");
+    }
+    free(log);
+    char ws[64], *out = NULL;
+    snprintf(ws, sizeof ws, "127.0.0.1:%u", w.port);
+    const char *lead[] = {"sign", "--server", ws, NULL};
+    const char *args[] = {"--pubkey", pub_ec, "--message", "watched", NULL};
+    int st = tt_tool_run(&cli, lead, args, &out, 60000);
+    if (st != 0 || !strstr(out, "OK: ECDSA-P-256 signature"))
+        fail_msg("keyless-cli sign: exit %d:\n%s", st, out);
+    free(out);
+    assert_int_equal(td_stop(&w, 0), 0);
+    tp_rmtree(wdir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_opened_and_elsewhere),
         cmocka_unit_test(test_tampered),
         cmocka_unit_test(test_revoked),
+        cmocka_unit_test(test_watched),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
