@@ -105,6 +105,9 @@ typedef struct kl_config {
     char *router_dns_server; /* unset: resolv.conf's */
     uint64_t router_conn_idle_timeout_ns;
     uint64_t router_answer_hold_ns; /* 0: no batching */
+    /* sealed keys (docs/SEALING.md; options_seal.inc) */
+    char *sealing_key;        /* unset: *.sealed files are held elsewhere */
+    char *sealing_attributes; /* "name=value,..."; unset: not checked */
     /* modes (flags only) */
     bool help, help_markdown, help_man, version, check, keystore_debug,
         output_config, config_only, manual_activation, renew;

@@ -647,6 +647,9 @@ static const kl_option options[] = {
 /* ---- geo routing: its rows live in options_router.inc ---- */
 #include "config/options_router.inc"
 
+/* ---- sealed keys: options_seal.inc ---- */
+#include "config/options_seal.inc"
+
     /* ---- modes ---- */
     {.name = "check",
      .type = KL_OPT_MODE,

@@ -17,6 +17,7 @@
 #include "activation/activate.h"
 #include "daemon/daemon.h"
 #include "daemon/daemon_ext.h"
+#include "daemon/daemon_seal.h"
 #include "tls/certcheck.h"
 
 static void key_report(void *arg, int level, const char *path, const char *msg)
@@ -58,8 +59,15 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
         .report = key_report,
         .report_arg = p,
     };
+    kl_daemon_seal seal;
+    if (!kl_daemon_seal_prepare(cfg, &seal, &ko)) {
+        p->errors++; /* logged; sealed files are then held elsewhere */
+        if (!tolerant)
+            return NULL;
+    }
     kl_keystore *ks = kl_keystore_new(&ko);
     if (!ks) {
+        kl_daemon_seal_release(&seal);
         kl_error("out of memory creating the key store");
         p->errors++;
         return NULL;
@@ -93,6 +101,7 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
                      "(%s); not starting",
                      what, i + 1, kl_status_str(s));
             kl_keystore_free(ks);
+            kl_daemon_seal_release(&seal);
             return NULL;
         }
         /* the store's own line above is the problem (and counted); in
@@ -104,6 +113,7 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
         if (!cfg->check)
             p->warnings++;
     }
+    kl_daemon_seal_release(&seal); /* the store keeps what it opened */
     size_t heap1 = heap_in_use();
     double mib = heap1 > heap0 ? (double)(heap1 - heap0) / 1048576.0 : 0;
     double secs = kl_ns_to_s_f(kl_now_ns() - t0);

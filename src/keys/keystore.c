@@ -77,6 +77,7 @@ void kl_keystore_free(kl_keystore *ks)
     free(ks->table);
     kl_key_decoder_free(ks->decoder);
     kl_p11_set_free(ks->p11); /* after the keys: closes the sessions */
+    kl_keystore_free_elsewhere(ks);
     free(ks);
 }
 

@@ -12,6 +12,7 @@
 #include <openssl/evp.h>
 
 #include "core/status.h"
+#include "seal/policy.h"
 #include "keyless/protocol.h"
 
 typedef enum kl_key_type {
@@ -41,13 +42,22 @@ typedef struct kl_keystore_opts {
                            fails is reported and skipped; the walk goes on */
     kl_keystore_report_fn report; /* NULL: log through core/log */
     void *report_arg;
+    /* Sealed key files (docs/SEALING.md): this server's sealing private
+     * key (any provider's; NULL: no *.sealed file can be opened here, so
+     * each is held elsewhere) and its attributes (n_sealing_attrs 0: the
+     * files' policies are not checked here, a wrap to this key decides).
+     * Borrowed for the loads only. */
+    EVP_PKEY *sealing_key;
+    const kl_policy_attr *sealing_attrs;
+    size_t n_sealing_attrs;
 } kl_keystore_opts;
 
 kl_keystore *kl_keystore_new(const kl_keystore_opts *opts);
 /* Frees every key, wiping key material. */
 void kl_keystore_free(kl_keystore *ks);
 
-/* Loads every file whose name ends in ".key" below dir (recursively).
+/* Loads every file whose name ends in ".key" (and, as sealed key files,
+ * ".sealed") below dir (recursively).
  * Stops at the first key that fails (startup rule: a bad key stops the
  * server), reporting its path and the reason. A directory that group or
  * others can write is refused like a bad key (with skip_bad_keys: that
@@ -57,6 +67,25 @@ KL_WUR kl_status kl_keystore_add_dir(kl_keystore *ks, const char *dir);
  * EC P-224/256/384/521, Ed25519). Encrypted PEM is refused. A duplicate SKI
  * is reported (warning) and the first key kept. */
 KL_WUR kl_status kl_keystore_add_file(kl_keystore *ks, const char *path);
+/* Loads one sealed key file (docs/SEALING.md): opened with
+ * opts.sealing_key when the file is wrapped to it (and, with attributes,
+ * its policy admits this server), and indexed like a key file; a file
+ * not for this server is recorded as held elsewhere (KL_OK); a file that
+ * does not parse, or whose entry for this server does not open, is
+ * reported naming the file, counted (kl_keys_sealed_refused_total) and
+ * refused (KL_E_KEY). The plaintext lives only in the key's memory. */
+KL_WUR kl_status kl_keystore_add_sealed(kl_keystore *ks, const char *path);
+/* Sealed keys this server cannot open: their policy (canonical form), or
+ * NULL for an SKI not held elsewhere. Routing requests for them to a
+ * region their policy allows is for the geo router; until then such a
+ * request is answered `key not found`. */
+const char *kl_keystore_held_elsewhere(const kl_keystore *ks,
+                                       const uint8_t ski[KL_SKI_LEN]);
+size_t kl_keystore_held_elsewhere_count(const kl_keystore *ks);
+/* Sealed key files refused by any load in this process (tampered, or not
+ * opening for this server although wrapped to it). */
+uint64_t kl_keys_sealed_refused_total(void);
+
 /* Adds an already decoded key (takes a reference on pkey). */
 KL_WUR kl_status kl_keystore_add_pkey(kl_keystore *ks, EVP_PKEY *pkey,
                                       const char *label);

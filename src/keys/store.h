@@ -35,7 +35,25 @@ struct kl_keystore {
     kl_key_decoder *decoder; /* created on the first file */
     kl_p11_set *p11;         /* created on the first URI */
     bool direct_ecdsa;       /* EC file keys keep their scalar (keystore.c) */
+    struct kl_elsewhere *elsewhere; /* sealed keys for other servers */
+    size_t n_elsewhere, cap_elsewhere;
 };
+
+/* A sealed key held elsewhere (sealed_load.c). */
+typedef struct kl_elsewhere {
+    uint8_t ski[KL_SKI_LEN];
+    char *policy;
+} kl_elsewhere;
+
+/* Reads a whole key file (regular, at most 1 MiB; not group/others-
+ * readable unless allowed, or unless any_mode: a sealed file is
+ * ciphertext, docs/SEALING.md) into an OPENSSL_malloc'd buffer of len + 1
+ * bytes that the caller wipes and frees; reports problems. */
+KL_WUR kl_status kl_keystore_read_file(kl_keystore *ks, const char *path,
+                                       bool any_mode, uint8_t **buf,
+                                       size_t *len);
+/* Frees the held-elsewhere records (keystore.c's free calls it). */
+void kl_keystore_free_elsewhere(kl_keystore *ks);
 
 /* One report line (opts.report, else the log). */
 void kl_keystore_report(const kl_keystore *ks, int level, const char *path,

@@ -183,6 +183,9 @@ void kl_metrics_set_read_pauses(kl_metrics_local *l, uint64_t n);
 
 void kl_metrics_set_queue_depth(kl_metrics *m, int cost_class, uint64_t n);
 void kl_metrics_set_keys_loaded(kl_metrics *m, uint64_t n);
+/* Sealed key files refused by the loads so far (a running total the key
+ * store keeps; sampled at scrape). */
+void kl_metrics_set_sealed_refused(kl_metrics *m, uint64_t n);
 /* A configuration or key reload finished (when: wall-clock seconds). */
 void kl_metrics_reload_result(kl_metrics *m, bool ok, time_t when);
 

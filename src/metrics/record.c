@@ -212,6 +212,12 @@ void kl_metrics_set_keys_loaded(kl_metrics *m, uint64_t n)
         STORE(&m->keys_loaded, n);
 }
 
+void kl_metrics_set_sealed_refused(kl_metrics *m, uint64_t n)
+{
+    if (m)
+        STORE(&m->sealed_refused, n);
+}
+
 void kl_metrics_reload_result(kl_metrics *m, bool ok, time_t when)
 {
     if (!m)

@@ -235,6 +235,10 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
 
     put_u64(b, "keylessd_keys_loaded", "gauge", "Private keys loaded.",
             LOAD(&m->keys_loaded));
+    put_u64(b, "keylessd_sealed_keys_refused_total", "counter",
+            "Sealed key files refused at a load: altered, or not opening "
+            "for this server although wrapped to it.",
+            LOAD(&m->sealed_refused));
 
     mx_family(b, "keylessd_reloads_total", "counter",
               "Configuration and key reloads by result.");
