@@ -29,6 +29,8 @@
 
 static char ctl_path[256];
 static EVP_PKEY *ec_key, *rsa_key;
+static OSSL_LIB_CTX *lib; /* default + kl_accel */
+static OSSL_PROVIDER *accel_prov, *default_prov;
 
 static double now_ms(void)
 {
@@ -66,7 +68,7 @@ typedef struct sign_job {
 static int sign_now(sign_job *s)
 {
     EVP_PKEY_CTX *c =
-        EVP_PKEY_CTX_new_from_pkey(NULL, s->key, "?provider=" KL_ACCEL_NAME);
+        EVP_PKEY_CTX_new_from_pkey(lib, s->key, "?provider=" KL_ACCEL_NAME);
     s->siglen = sizeof s->sig;
     int ok = c && EVP_PKEY_sign_init(c) == 1 &&
              EVP_PKEY_CTX_set_signature_md(c, EVP_sha256()) == 1;
@@ -91,7 +93,7 @@ static int job_main(void *arg)
 static bool verifies(const sign_job *s)
 {
     EVP_PKEY_CTX *c =
-        EVP_PKEY_CTX_new_from_pkey(NULL, s->key, "provider=default");
+        EVP_PKEY_CTX_new_from_pkey(lib, s->key, "provider=default");
     int ok = c && EVP_PKEY_verify_init(c) == 1 &&
              EVP_PKEY_CTX_set_signature_md(c, EVP_sha256()) == 1;
     if (ok && EVP_PKEY_get_base_id(s->key) == EVP_PKEY_RSA)
@@ -357,7 +359,7 @@ static void test_bad_ctl(void **state)
 
 static EVP_PKEY *gen(const char *alg, const char *opt, const char *val)
 {
-    EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_from_name(NULL, alg, "provider=default");
+    EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_from_name(lib, alg, "provider=default");
     EVP_PKEY *k = NULL;
     assert_non_null(c);
     assert_int_equal(EVP_PKEY_keygen_init(c), 1);
@@ -378,10 +380,11 @@ static int setup(void **state)
     (void)state;
     snprintf(ctl_path, sizeof ctl_path, "/tmp/kl_accel_ctl.%d", (int)getpid());
     setenv("KL_ACCEL_CTL", ctl_path, 1);
-    if (!OSSL_PROVIDER_add_builtin(NULL, KL_ACCEL_NAME,
+    if (!(lib = OSSL_LIB_CTX_new()) ||
+        !OSSL_PROVIDER_add_builtin(lib, KL_ACCEL_NAME,
                                    kl_accel_provider_init) ||
-        !OSSL_PROVIDER_load(NULL, KL_ACCEL_NAME) ||
-        !OSSL_PROVIDER_load(NULL, "default"))
+        !(accel_prov = OSSL_PROVIDER_load(lib, KL_ACCEL_NAME)) ||
+        !(default_prov = OSSL_PROVIDER_load(lib, "default")))
         return -1;
     ec_key = gen("EC", "group", "P-256");
     rsa_key = gen("RSA", "bits", NULL);
@@ -393,6 +396,9 @@ static int teardown(void **state)
     (void)state;
     EVP_PKEY_free(ec_key);
     EVP_PKEY_free(rsa_key);
+    OSSL_PROVIDER_unload(accel_prov);
+    OSSL_PROVIDER_unload(default_prov);
+    OSSL_LIB_CTX_free(lib);
     unlink(ctl_path);
     return 0;
 }
