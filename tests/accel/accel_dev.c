@@ -380,9 +380,11 @@ static void *device_main(void *arg)
     return NULL;
 }
 
-static bool started;
+static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned users; /* provider instances loaded */
+static bool device_running;
 
-static void start_once(void)
+static void init_wake(void)
 {
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -390,20 +392,39 @@ static void start_once(void)
     pthread_cond_destroy(&dev_wake);
     pthread_cond_init(&dev_wake, &ca);
     pthread_condattr_destroy(&ca);
-    memo = calloc(MEMO_SIZE, sizeof *memo);
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    started = memo && pthread_create(&t, &a, device_main, NULL) == 0;
-    pthread_attr_destroy(&a);
 }
 
 bool acc_dev_start(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, start_once);
-    return started;
+    pthread_once(&once, init_wake);
+    pthread_mutex_lock(&start_mu);
+    bool ok = true;
+    if (!device_running) {
+        memo = calloc(MEMO_SIZE, sizeof *memo);
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_t t;
+        ok = memo && pthread_create(&t, &a, device_main, NULL) == 0;
+        pthread_attr_destroy(&a);
+        device_running = ok;
+    }
+    users += ok;
+    pthread_mutex_unlock(&start_mu);
+    return ok;
+}
+
+/* The last instance's teardown lets the device go idle. The thread itself
+ * stays until the process exits (the module pins itself, accel_prov.c):
+ * OpenSSL 3.0 leaves a finished thread's random generators behind, so a
+ * device thread that ended would show as a leak in every sanitizer run. */
+void acc_dev_stop(void)
+{
+    pthread_mutex_lock(&start_mu);
+    if (users)
+        users--;
+    pthread_mutex_unlock(&start_mu);
 }
 
 void kl_accel_get_stats(kl_accel_stats *out)

@@ -45,7 +45,9 @@ size_t acc_soft_sign(const acc_req *req, uint8_t *sig, size_t cap);
  * in sig, 0 on a device error or timeout. */
 size_t acc_dev_sign(const acc_req *req, uint8_t *sig, size_t cap);
 
-/* Starts the device thread once (the provider's init). */
+/* The provider's init and teardown: the device thread runs while an
+ * instance of the provider is loaded. */
 bool acc_dev_start(void);
+void acc_dev_stop(void);
 
 #endif

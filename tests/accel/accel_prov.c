@@ -8,6 +8,7 @@
  * "?provider=kl_accel") and exports the key from its own key management
  * into ours (import). Our keys export back, so other operations (RSA
  * decryption, verification) still work through the default provider. */
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,6 +449,7 @@ static const OSSL_ALGORITHM *query(void *provctx, int op, int *no_cache)
 static void teardown(void *provctx)
 {
     (void)provctx;
+    acc_dev_stop();
 }
 
 static const OSSL_DISPATCH prov_fns[] = {
@@ -460,6 +462,14 @@ int kl_accel_provider_init(const OSSL_CORE_HANDLE *handle,
                            void **provctx)
 {
     (void)in;
+#ifdef KL_ACCEL_MODULE
+    /* The device thread outlives the provider (accel_dev.c): the module
+     * must stay mapped when OpenSSL unloads it. */
+    Dl_info info;
+    if (!dladdr((void *)kl_accel_provider_init, &info) ||
+        !dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE))
+        return 0;
+#endif
     if (!acc_dev_start())
         return 0;
     *out = prov_fns;
