@@ -77,11 +77,17 @@ size_t kl_crypto_max_output(const kl_key *key)
 
 kl_cost_class kl_crypto_cost_class(const kl_key *key)
 {
-    /* ECDSA P-256 ~20 us, Ed25519 less; RSA-2048 ~260 us and up */
-    if (key && kl_key_get_backend(key) == KL_BACKEND_PKCS11)
+    /* ECDSA P-256 ~20 us, Ed25519 less; RSA-2048 ~260 us and up; a device
+     * (token, another provider's hardware) blocks for its own time */
+    if (key && kl_key_get_backend(key) != KL_BACKEND_FILE)
         return KL_COST_BLOCKING;
     return key && kl_key_get_type(key) == KL_KEY_RSA ? KL_COST_SLOW
                                                      : KL_COST_FAST;
+}
+
+bool kl_crypto_is_async(const kl_key *key)
+{
+    return key && kl_key_get_backend(key) == KL_BACKEND_ASYNC;
 }
 
 void kl_crypto_thread_cleanup(void)
@@ -111,10 +117,10 @@ static int setup(kl_ctx_entry *e)
     op_spec sp = spec_of(e->opcode);
     if (sp.fam == FAM_ED25519) {
         e->mctx = EVP_MD_CTX_new();
-        return e->mctx && EVP_DigestSignInit_ex(e->mctx, NULL, NULL, NULL, NULL,
-                                                e->pkey, NULL) == 1;
+        return e->mctx && EVP_DigestSignInit_ex(e->mctx, NULL, NULL, NULL,
+                                                e->propq, e->pkey, NULL) == 1;
     }
-    e->pctx = EVP_PKEY_CTX_new_from_pkey(NULL, e->pkey, NULL);
+    e->pctx = EVP_PKEY_CTX_new_from_pkey(NULL, e->pkey, e->propq);
     if (!e->pctx)
         return 0;
     if (sp.fam == FAM_RSA_DECRYPT)
@@ -206,8 +212,8 @@ static uint8_t sign(kl_ctx_entry *e, op_family fam, const uint8_t *in,
             /* newer OpenSSL may refuse a second one-shot on the same
              * context: set it up again once */
             ERR_clear_error();
-            ok = EVP_DigestSignInit_ex(e->mctx, NULL, NULL, NULL, NULL, e->pkey,
-                                       NULL) == 1 &&
+            ok = EVP_DigestSignInit_ex(e->mctx, NULL, NULL, NULL, e->propq,
+                                       e->pkey, NULL) == 1 &&
                  (n = outcap, EVP_DigestSign(e->mctx, out, &n, in, inlen)) == 1;
         }
     } else {
@@ -286,7 +292,7 @@ uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
         return err;
     }
     EVP_PKEY *pkey = kl_key_pkey(key);
-    kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, setup);
+    kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, kl_key_propq(key), setup);
     bool broken = false;
     err = run_evp(e, pkey, sp, payload, plen, out, outcap, out_len, &broken);
     if (broken)
@@ -309,7 +315,8 @@ uint8_t kl_crypto_exec_private(const kl_key *key, uint8_t opcode,
     if (kl_key_get_backend(key) == KL_BACKEND_PKCS11)
         return KL_ERR_INTERNAL; /* token keys run on the blocking class */
     EVP_PKEY *pkey = kl_key_pkey(key);
-    kl_ctx_entry e = {.pkey = pkey, .opcode = opcode};
+    kl_ctx_entry e = {
+        .pkey = pkey, .opcode = opcode, .propq = kl_key_propq(key)};
     bool broken = false;
     err = run_evp(setup(&e) ? &e : NULL, pkey, sp, payload, plen, out, outcap,
                   out_len, &broken);
