@@ -56,6 +56,8 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
         .allow_group_readable = cfg->allow_group_readable_keys,
         .check_mode = cfg->check,
         .skip_bad_keys = tolerant,
+        .key_propquery = cfg->key_propquery,
+        .async_providers = cfg->async_providers,
         .report = key_report,
         .report_arg = p,
     };
@@ -291,6 +293,16 @@ typedef struct listing {
     FILE *out;
 } listing;
 
+static const char *backend_name(kl_key_backend b)
+{
+    switch (b) {
+    case KL_BACKEND_PKCS11: return "pkcs11";
+    case KL_BACKEND_PROVIDER: return "provider";
+    case KL_BACKEND_ASYNC: return "async";
+    default: return "file";
+    }
+}
+
 static void list_key(void *arg, const kl_key *k)
 {
     listing *l = arg;
@@ -298,8 +310,7 @@ static void list_key(void *arg, const kl_key *k)
     kl_ski_hex(kl_key_ski(k), hex);
     fprintf(l->out, "%s  %-14s %-6s %s\n", hex,
             kl_key_desc(k, desc, sizeof desc),
-            kl_key_get_backend(k) == KL_BACKEND_PKCS11 ? "pkcs11" : "file",
-            kl_key_path(k));
+            backend_name(kl_key_get_backend(k)), kl_key_path(k));
 }
 
 int kl_daemon_keystore_debug(const kl_config *cfg, FILE *out)

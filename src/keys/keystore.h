@@ -25,6 +25,14 @@ typedef enum kl_key_type {
 typedef enum kl_key_backend {
     KL_BACKEND_FILE = 0,   /* in memory, from a key file */
     KL_BACKEND_PKCS11 = 1, /* on a PKCS#11 token */
+    /* signed by an OpenSSL provider other than the built-in ones (a key it
+     * holds, or one EVP hands it): a device call that blocks the calling
+     * thread (a TPM through tpm2-openssl) */
+    KL_BACKEND_PROVIDER = 2,
+    /* the same, by a provider named in async_providers, which pauses an
+     * ASYNC job while its device works (docs/DESIGN.md "Accelerators:
+     * ASYNC jobs") */
+    KL_BACKEND_ASYNC = 3,
 } kl_key_backend;
 
 typedef struct kl_key kl_key;
@@ -40,6 +48,13 @@ typedef struct kl_keystore_opts {
     bool check_mode;           /* --check: also warn about x.key.bak etc. */
     bool skip_bad_keys; /* reload, --check: a key file in a directory that
                            fails is reported and skipped; the walk goes on */
+    /* OpenSSL property query for key operations (e.g.
+     * "?provider=qatprovider"); NULL or "": OpenSSL's default properties */
+    const char *key_propquery;
+    /* comma-separated names of OpenSSL providers whose operations may
+     * pause an ASYNC job (KL_BACKEND_ASYNC); NULL or "": none. Must
+     * outlive the store. */
+    const char *async_providers;
     kl_keystore_report_fn report; /* NULL: log through core/log */
     void *report_arg;
     /* Sealed key files (docs/SEALING.md): this server's sealing private
@@ -128,6 +143,9 @@ const char *kl_key_desc(const kl_key *k, char *buf, size_t len);
 /* For src/crypto only: the private key (a token key: its public key). */
 EVP_PKEY *kl_key_pkey(const kl_key *k);
 kl_key_backend kl_key_get_backend(const kl_key *k);
+/* The property query its operations fetch with (the store's
+ * key_propquery), or NULL. */
+const char *kl_key_propq(const kl_key *k);
 /* The largest output of an operation with the key (EVP_PKEY_get_size,
  * taken at load so that a request does not touch the EVP_PKEY). */
 size_t kl_key_max_output(const kl_key *k);

@@ -16,6 +16,7 @@ struct kl_key {
     uint8_t ski[KL_SKI_LEN];
     kl_key_info info;
     uint16_t max_out; /* EVP_PKEY_get_size, taken at load */
+    uint8_t backend;  /* kl_key_backend */
     /* EC file keys: the private scalar, big-endian, padded to the order's
      * length (ec_dlen bytes); wiped when the key is freed. 0: none. */
     uint8_t ec_dlen;
@@ -23,12 +24,14 @@ struct kl_key {
     EVP_PKEY *pkey;  /* file keys: the private key; token keys: public */
     kl_p11_key *p11; /* token keys only */
     size_t index;
-    char path[]; /* file or label */
+    const char *propq; /* the store's key_propquery, or NULL */
+    char path[];       /* file or label */
 };
 
 struct kl_keystore {
     kl_keystore_opts opts;
-    kl_key **keys; /* load order; kl_key_index is the position here */
+    const char *propq; /* opts.key_propquery, interned; NULL: none */
+    kl_key **keys;     /* load order; kl_key_index is the position here */
     size_t count, cap;
     kl_key **table; /* open addressing by SKI, linear probing */
     size_t table_mask;

@@ -46,6 +46,9 @@ struct kl_metrics_local {
     _Atomic int64_t inflight;
     _Atomic int64_t conns[KL_MCONN_STATES];
     _Atomic uint64_t busy_ns;
+    /* ASYNC jobs (kl_metrics_set_async): absent until started > 0 */
+    _Atomic uint64_t async_started, async_paused, async_expired, async_full;
+    _Atomic uint64_t async_busy, async_fds;
     /* back-pressure. The accept pause is a seqlock with
      * one writer: pause_seq is odd while pause_start/paused_ns change, so
      * that a scrape never adds a pause in progress to a total that already
