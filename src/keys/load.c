@@ -124,6 +124,14 @@ kl_status kl_keystore_add_file(kl_keystore *ks, const char *path)
     kl_status s = kl_key_decode_buffer(ks->decoder, buf, len, &pkey, &info, why,
                                        sizeof why);
     OPENSSL_clear_free(buf, len + 1);
+    if (s == KL_E_KEY) {
+        /* a key another provider holds (a TPM's "TSS2 PRIVATE KEY"):
+         * its decoders, through OSSL_STORE; else the decoder's reason */
+        char pwhy[KL_KEY_WHY_LEN];
+        if (kl_keystore_add_provider_key(ks, path, path, false, pwhy,
+                                         sizeof pwhy) == KL_OK)
+            return KL_OK;
+    }
     if (s != KL_OK) {
         kl_keystore_report(ks, KL_LOG_ERROR, path, "%s", why);
         return s;

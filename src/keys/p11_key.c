@@ -72,6 +72,14 @@ kl_status kl_keystore_add_uri(kl_keystore *ks, const char *uri)
 {
     KL_ENSURE(ks != NULL && uri != NULL, KL_E_CONFIG);
     char why[KL_KEY_WHY_LEN];
+    if (strncmp(uri, "pkcs11:", 7) != 0) {
+        /* any other scheme: an OSSL_STORE URI of a provider's key */
+        kl_status ps =
+            kl_keystore_add_provider_key(ks, uri, uri, true, why, sizeof why);
+        if (ps != KL_OK)
+            kl_keystore_report(ks, KL_LOG_ERROR, uri, "%s", why);
+        return ps;
+    }
     kl_p11_uri u;
     kl_status s = kl_p11_uri_parse(uri, &u, why, sizeof why);
     if (s != KL_OK) {
