@@ -27,7 +27,15 @@ typedef struct kl_store_cfg {
     char *path;
 } kl_store_cfg;
 
+struct kl_opt_table;
+
+/* The loader's state and the options the process itself uses (identity,
+ * logging, keys, activation, modes). A program's configuration embeds it
+ * as its first member, followed by each module's options struct; the
+ * program's option table (kl_opt_table) points into that whole struct
+ * (docs/DESIGN.md, "The map": where an option travels). */
 typedef struct kl_config {
+    const struct kl_opt_table *table; /* the rows that fill this config */
     /* options (fields named as their YAML keys) */
     int loglevel;
     char *log_format; /* "text" or "json" */
@@ -131,8 +139,9 @@ typedef struct kl_config {
     size_t nerrors;
 } kl_config;
 
-/* A config holding every option's default. NULL on allocation failure. */
-kl_config *kl_config_new(void);
+/* A config of table->size bytes holding every option's default
+ * (table->defaults). NULL on allocation failure. */
+kl_config *kl_config_new(const struct kl_opt_table *table);
 void kl_config_free(kl_config *cfg);
 
 /* Applies, in order, the file (from -c/--config-file or KEYLESS_CONFIG_FILE,
@@ -158,12 +167,12 @@ KL_WUR kl_status kl_config_apply_yaml(kl_config *cfg, const char *name,
 void kl_config_set_search_dirs(const char *const *dirs);
 
 /* Writes --help, generated from the option table. */
-void kl_config_usage(FILE *out, const char *prog);
+void kl_config_usage(const struct kl_opt_table *t, FILE *out, const char *prog);
 /* Writes the option reference of docs/OPERATIONS.md (a Markdown table per
  * group), generated from the option table (--help-markdown). */
-void kl_config_usage_markdown(FILE *out);
+void kl_config_usage_markdown(const struct kl_opt_table *t, FILE *out);
 /* Writes the OPTIONS section of keylessd(8) in roff (--help-man). */
-void kl_config_usage_man(FILE *out);
+void kl_config_usage_man(const struct kl_opt_table *t, FILE *out);
 /* Writes the effective configuration as YAML that keylessd reads back
  * (--output-config): every file option, secrets (origin_ca_api_key, PINs in
  * PKCS#11 URIs) redacted. */
@@ -182,6 +191,9 @@ typedef enum kl_opt_type {
     KL_OPT_STORES,   /* YAML list of {dir: ...} / {file: ...} maps */
     KL_OPT_MODE,     /* a flag without value: --help, --check */
     KL_OPT_FLOAT,    /* a decimal number within [min, max] */
+    KL_OPT_U16,      /* INT into a uint16_t field */
+    KL_OPT_U32,      /* INT into a uint32_t field */
+    KL_OPT_SIZE,     /* INT into a size_t field */
 } kl_opt_type;
 
 enum {
@@ -192,12 +204,14 @@ enum {
     KL_OPTF_COMPAT = 16u,    /* accepted for the reference; see its help */
 };
 
+/* One row of an option table. There is no default here: the default is
+ * the field's value after kl_opt_table.defaults (most of them a module's
+ * own defaults struct), and --help prints it from there. */
 typedef struct kl_option {
     const char *name; /* YAML key and field name */
     kl_opt_type type;
-    size_t offset;       /* of the field in kl_config */
+    size_t offset;       /* of the field in the table's struct */
     int64_t min, max;    /* INT: value bounds; DURATION: in milliseconds */
-    const char *def;     /* default, as text parsed like any other value */
     const char *env;     /* KEYLESS_* variable, or NULL */
     const char *flag;    /* long flag without "--" ('-' and '_' both
                             accepted), or NULL */
@@ -208,14 +222,32 @@ typedef struct kl_option {
     const char *group; /* heading in --help and OPERATIONS.md */
 } kl_option;
 
-const kl_option *kl_config_options(size_t *count);
+/* A program's options: its rows, in --help order, over a struct of `size`
+ * bytes that starts with a kl_config. */
+typedef struct kl_opt_table {
+    const kl_option *rows;
+    size_t count;
+    size_t size;
+    /* Writes every option's default into a zeroed struct (strings as
+     * literals: kl_config_new copies them). */
+    void (*defaults)(kl_config *cfg);
+    /* Checks between the program's own options (after the file, the
+     * environment and the flags); NULL: none. "<name>: <problem and fix>"
+     * into err and KL_E_CONFIG on failure. */
+    kl_status (*check)(const kl_config *cfg, char *err, size_t errlen);
+} kl_opt_table;
+
 /* The value of option o in cfg as text ("2407", "30s", "true", the
  * string; "" for an unset string; secrets redacted; the stores as YAML flow
  * text). */
 void kl_config_value_text(const kl_config *cfg, const kl_option *o, char *out,
                           size_t cap);
+/* The default of option o as --help prints it; false when it has none (a
+ * mode, the stores, a string unset by default). */
+bool kl_config_default_text(const kl_opt_table *t, const kl_option *o,
+                            char *out, size_t cap);
 /* The option with this YAML name, or NULL. */
-const kl_option *kl_config_find(const char *name);
+const kl_option *kl_config_find(const kl_opt_table *t, const char *name);
 
 /* Value parsers shared by every source. On failure they write the problem
  * (without location) into err and return KL_E_CONFIG. */

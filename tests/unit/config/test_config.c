@@ -40,7 +40,7 @@ static int teardown(void **state)
 
 static void test_defaults(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_non_null(cfg);
     assert_int_equal(load_args(cfg, tc_no_env, NULL), KL_OK);
     assert_int_equal(cfg->loglevel, 1);
@@ -84,7 +84,7 @@ static void test_yaml_file(void **state)
                                "handshake_timeout: 500ms\n"
                                "tls13: false\n"
                                "max_queue_time: 250ms\n");
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "-c", path, NULL), KL_OK);
     assert_string_equal(cfg->loaded_file, path);
     assert_int_equal(cfg->loglevel, 0);
@@ -114,21 +114,21 @@ static void test_precedence(void **state)
 {
     const char *path = write_tmp("prec.yaml", "port: 1000\nloglevel: 4\n");
     char *env[] = {"KEYLESS_PORT=2000", "KEYLESS_SHARDS=7", NULL};
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     /* file only */
     assert_int_equal(load_args(cfg, tc_no_env, "--config-file", path, NULL),
                      KL_OK);
     assert_int_equal(cfg->port, 1000);
     kl_config_free(cfg);
     /* env over file */
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env, "--config-file", path, NULL), KL_OK);
     assert_int_equal(cfg->port, 2000);
     assert_int_equal(cfg->shards, 7);
     assert_int_equal(cfg->loglevel, 4);
     kl_config_free(cfg);
     /* flag over env over file */
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, env, "--port=3000", "--config-file", path, NULL), KL_OK);
     assert_int_equal(cfg->port, 3000);
@@ -139,7 +139,7 @@ static void test_precedence(void **state)
     char v[200];
     snprintf(v, sizeof v, "KEYLESS_CONFIG_FILE=%s", path);
     env2[0] = v;
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env2, NULL), KL_OK);
     assert_int_equal(cfg->port, 1000);
     kl_config_free(cfg);
@@ -147,7 +147,7 @@ static void test_precedence(void **state)
 
 static void test_flag_spellings(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--auth-cert", "a.pem",
                                "--auth_key=b.pem", "--cloudflare_ca_cert",
                                "c.pem", "--tls13=false", "--handshake-timeout",
@@ -160,7 +160,7 @@ static void test_flag_spellings(void **state)
     assert_true(cfg->handshake_timeout_ns == 2 * SEC);
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--tls13", "--check", NULL),
                      KL_OK);
     assert_true(cfg->tls13);
@@ -175,7 +175,7 @@ static void test_key_dirs_and_files(void **state)
     const char *path = write_tmp("stores.yaml", "private_key_stores:\n"
                                                 "  - dir: /a\n");
     char *env[] = {"KEYLESS_PRIVATE_KEY_FILES=/f1.key", NULL};
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, env, "-c", path, "--private-key-dirs", "/b, /c ", NULL),
         KL_OK);
@@ -192,7 +192,7 @@ static void test_key_dirs_and_files(void **state)
     kl_config_free(cfg);
 
     /* without the lists the file's stores stand */
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "-c", path, NULL), KL_OK);
     assert_int_equal(cfg->nstores, 1);
     assert_string_equal(cfg->stores[0].path, "/a");
@@ -256,7 +256,7 @@ static void test_bools(void **state)
 /* A YAML document that must fail, with the exact message. */
 static void expect_yaml_error(const char *text, const char *msg)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     errbuf[0] = 0;
     assert_int_equal(kl_config_apply_yaml(cfg, "gokeyless.yaml",
                                           (const uint8_t *)text, strlen(text),
@@ -324,7 +324,7 @@ static void test_yaml_errors(void **state)
 
 static void test_malformed_yaml_line(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     const char *text = "port: 1\nloglevel: 1\nauth_cert: [a, b\n";
     assert_int_equal(kl_config_apply_yaml(cfg, "x.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
@@ -333,7 +333,7 @@ static void test_malformed_yaml_line(void **state)
     assert_non_null(strstr(errbuf, "x.yaml:4: not valid YAML: "));
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     text = "port: 1\n  bad indent: : :\n";
     assert_int_equal(kl_config_apply_yaml(cfg, "y.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
@@ -344,7 +344,7 @@ static void test_malformed_yaml_line(void **state)
 
 static void test_unknown_key_is_warning(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     const char *text = "port: 1234\nhostnme: example.com\n"
                        "private_key_stores:\n  - dir: /k\n    weird: 1\n"
                        "config_file: x\n";
@@ -366,7 +366,7 @@ static void test_unknown_key_is_warning(void **state)
     kl_config_free(cfg);
 
     /* a misspelt entry key: the nearest of dir, file, uri */
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     text = "private_key_stores:\n  - dir: /k\n    fiel: /x\n";
     assert_int_equal(kl_config_apply_yaml(cfg, "g.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
@@ -386,7 +386,7 @@ static void test_check_collects_every_error(void **state)
                                               "idle_timeout: forever\n"
                                               "loglevel: 2\n");
     char *const env[] = {"KEYLESS_SHARDS=abc", NULL};
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, env, "-c", path, "--workers=-5", "--check", NULL),
         KL_OK);
@@ -401,7 +401,7 @@ static void test_check_collects_every_error(void **state)
     assert_int_equal(cfg->port, 2407);
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env, "-c", path, "--workers=-5", NULL),
                      KL_E_CONFIG);
     assert_non_null(strstr(errbuf, "many.yaml:1: port: 99999"));
@@ -411,7 +411,7 @@ static void test_check_collects_every_error(void **state)
 
 static void test_empty_and_null(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(kl_config_apply_yaml(cfg, "e.yaml", (const uint8_t *)"", 0,
                                           errbuf, sizeof errbuf),
                      KL_OK);
@@ -426,50 +426,50 @@ static void test_empty_and_null(void **state)
 
 static void test_flag_and_env_errors(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--bogus", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag --bogus; see --help");
     kl_config_free(cfg);
 
     /* a misspelt flag: the nearest one (core/suggest.h) */
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--listen-adress=::", NULL),
                      KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag --listen-adress; did you mean "
                                 "--listen-address? see --help");
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--bogus=1", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag --bogus; see --help");
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--port", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "flag --port: needs a value (PORT)");
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--port", "0", NULL),
                      KL_E_CONFIG);
     assert_string_equal(errbuf,
                         "flag --port: port: 0 is out of range 1..65535");
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "serve", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unexpected argument \"serve\"; options are "
                                 "given as flags (see --help)");
     kl_config_free(cfg);
 
     char *env[] = {"KEYLESS_PORT=x1", NULL};
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env, NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "environment KEYLESS_PORT: port: \"x1\" is "
                                 "not an integer; use a number in 1..65535");
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, tc_no_env, "-c", "/nonexistent/k.yaml", NULL),
         KL_E_CONFIG);
@@ -481,7 +481,7 @@ static void test_flag_and_env_errors(void **state)
     /* a bad file value is reported even if a flag would override it: the
      * file is wrong and the operator should know */
     const char *path = write_tmp("bad.yaml", "port: 99999\n");
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "-c", path, "--port", "5", NULL),
                      KL_E_CONFIG);
     char want[256];
@@ -495,20 +495,20 @@ static void test_flag_and_env_errors(void **state)
  * code: tests/support/slowkey.h): the flag is unknown like any other. */
 static void test_no_test_delay(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, tc_no_env,
                   "--test-delay=D9C69B8E23ABBA7C26FD5D0E282F3DD679741036:250",
                   NULL),
         KL_E_CONFIG);
     assert_non_null(strstr(errbuf, "--test-delay"));
-    assert_null(kl_config_find("test_delay"));
+    assert_null(kl_config_find(&kl_daemon_options, "test_delay"));
     kl_config_free(cfg);
 }
 
 static void test_help_generated(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--help", NULL), KL_OK);
     assert_true(cfg->help);
     kl_config_free(cfg);
@@ -516,11 +516,12 @@ static void test_help_generated(void **state)
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    kl_config_usage(f, "keylessd");
+    kl_config_usage(&kl_daemon_options, f, "keylessd");
     fclose(f);
     /* every option with a flag and every variable appears */
     size_t n;
-    const kl_option *o = kl_config_options(&n);
+    const kl_option *o = kl_daemon_options.rows;
+    n = kl_daemon_options.count;
     for (size_t i = 0; i < n; i++) {
         char want[96];
         if (o[i].flag) {

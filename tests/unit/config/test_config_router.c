@@ -42,7 +42,7 @@ static int teardown(void **state)
 static void test_defaults(void **state)
 {
     (void)state;
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, NULL), KL_OK);
     assert_null(cfg->router_table); /* routing off */
     assert_null(cfg->router_cert);
@@ -88,7 +88,7 @@ static void test_sources(void **state)
     snprintf(cflag, sizeof cflag, "--config-file=%s", file);
     char *env[] = {"KEYLESS_ROUTER_MAX_HOPS=5", "KEYLESS_ROUTER_MAX_ATTEMPTS=4",
                    NULL};
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env, cflag, "--router-max-attempts=2",
                                "--router_ping_interval=250ms", "--metrics-port",
                                "0", NULL),
@@ -120,7 +120,7 @@ static void test_sources(void **state)
 
 static void expect_error(const char *flag, const char *message)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, (char *)flag, NULL),
                      KL_E_CONFIG);
     if (!strstr(errbuf, message))
@@ -144,7 +144,7 @@ static void test_bounds(void **state)
 static void test_timeout_bounds_cross_check(void **state)
 {
     (void)state;
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--router-timeout-floor=500ms",
                                "--router-timeout-ceiling=100ms", NULL),
                      KL_E_CONFIG);
@@ -152,7 +152,7 @@ static void test_timeout_bounds_cross_check(void **state)
                                 "router_timeout_floor 500ms; raise the "
                                 "ceiling or lower the floor");
     kl_config_free(cfg);
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--router-timeout-floor=100ms",
                                "--router-timeout-ceiling=100ms", NULL),
                      KL_OK);

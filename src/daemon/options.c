@@ -8,9 +8,13 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "config/config.h"
+#include "core/time.h"
+#include "daemon/settings.h"
 
-#define F(field) offsetof(kl_config, field)
+/* A row's field: offsetof into kl_settings. F() for the process's own
+ * options (in kl_config), S(), P(), R() for the engine's, the pool's and
+ * the router's. */
+#define F(field) offsetof(kl_settings, cfg.field)
 #define DAY_MS (24ll * 3600 * 1000)
 #define HOUR_MS (3600ll * 1000)
 
@@ -24,6 +28,23 @@
 #define G_ACT "Activation (Origin CA enrolment)"
 #define G_TRACE "Tracing"
 #define G_ROUTE "Geo routing (docs/ROUTING.md)"
+
+/* Checks between options of the embedded modules (the loader checks its
+ * own in config/derive.c). */
+static kl_status check(const kl_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->router_timeout_ceiling_ns < cfg->router_timeout_floor_ns) {
+        char a[32], b[32];
+        kl_format_duration(cfg->router_timeout_ceiling_ns, a, sizeof a);
+        kl_format_duration(cfg->router_timeout_floor_ns, b, sizeof b);
+        kl_errf(err, errlen,
+                "router_timeout_ceiling: %s is below router_timeout_floor "
+                "%s; raise the ceiling or lower the floor",
+                a, b);
+        return KL_E_CONFIG;
+    }
+    return KL_OK;
+}
 
 static const kl_option options[] = {
     /* ---- the file ---- */
@@ -46,7 +67,6 @@ static const kl_option options[] = {
      .offset = F(loglevel),
      .min = 0,
      .max = 5,
-     .def = "1",
      .env = "KEYLESS_LOGLEVEL",
      .flag = "loglevel",
      .short_flag = 'l',
@@ -58,7 +78,6 @@ static const kl_option options[] = {
     {.name = "log_format",
      .type = KL_OPT_STRING,
      .offset = F(log_format),
-     .def = "text",
      .env = "KEYLESS_LOG_FORMAT",
      .flag = "log-format",
      .metavar = "text|json",
@@ -73,7 +92,6 @@ static const kl_option options[] = {
      .offset = F(access_log_sample_rate),
      .min = 0,
      .max = 1,
-     .def = "0",
      .env = "KEYLESS_ACCESS_LOG_SAMPLE_RATE",
      .flag = "access-log-sample-rate",
      .metavar = "0..1",
@@ -87,7 +105,6 @@ static const kl_option options[] = {
     {.name = "auth_cert",
      .type = KL_OPT_STRING,
      .offset = F(auth_cert),
-     .def = "server.pem",
      .env = "KEYLESS_AUTH_CERT",
      .flag = "auth-cert",
      .metavar = "PATH",
@@ -99,7 +116,6 @@ static const kl_option options[] = {
     {.name = "auth_key",
      .type = KL_OPT_STRING,
      .offset = F(auth_key),
-     .def = "server-key.pem",
      .env = "KEYLESS_AUTH_KEY",
      .flag = "auth-key",
      .metavar = "PATH",
@@ -109,7 +125,6 @@ static const kl_option options[] = {
     {.name = "cloudflare_ca_cert",
      .type = KL_OPT_STRING,
      .offset = F(cloudflare_ca_cert),
-     .def = "keyless_cacert.pem",
      .env = "KEYLESS_CLOUDFLARE_CA_CERT",
      .flag = "cloudflare-ca-cert",
      .metavar = "PATH",
@@ -163,7 +178,6 @@ static const kl_option options[] = {
     {.name = "allow_group_readable_keys",
      .type = KL_OPT_BOOL,
      .offset = F(allow_group_readable_keys),
-     .def = "false",
      .env = "KEYLESS_ALLOW_GROUP_READABLE_KEYS",
      .flag = "allow-group-readable-keys",
      .metavar = "BOOL",
@@ -175,7 +189,6 @@ static const kl_option options[] = {
     {.name = "watch_key_dirs",
      .type = KL_OPT_BOOL,
      .offset = F(watch_key_dirs),
-     .def = "true",
      .env = "KEYLESS_WATCH_KEY_DIRS",
      .flag = "watch-key-dirs",
      .metavar = "BOOL",
@@ -188,7 +201,6 @@ static const kl_option options[] = {
      .offset = F(watch_delay_ns),
      .min = 0,
      .max = HOUR_MS,
-     .def = "500ms",
      .env = "KEYLESS_WATCH_DELAY",
      .flag = "watch-delay",
      .metavar = "DURATION",
@@ -204,7 +216,6 @@ static const kl_option options[] = {
      .offset = F(port),
      .min = 1,
      .max = 65535,
-     .def = "2407",
      .env = "KEYLESS_PORT",
      .flag = "port",
      .metavar = "PORT",
@@ -213,7 +224,6 @@ static const kl_option options[] = {
     {.name = "listen_address",
      .type = KL_OPT_STRING,
      .offset = F(listen_address),
-     .def = "0.0.0.0",
      .env = "KEYLESS_LISTEN_ADDRESS",
      .flag = "listen-address",
      .metavar = "ADDR",
@@ -223,7 +233,6 @@ static const kl_option options[] = {
     {.name = "listen_reuseport",
      .type = KL_OPT_BOOL,
      .offset = F(listen_reuseport),
-     .def = "false",
      .env = "KEYLESS_LISTEN_REUSEPORT",
      .flag = "listen-reuseport",
      .metavar = "BOOL",
@@ -237,7 +246,6 @@ static const kl_option options[] = {
      .offset = F(metrics_port),
      .min = 0,
      .max = 65535,
-     .def = "2406",
      .env = "KEYLESS_METRICS_PORT",
      .flag = "metrics-port",
      .metavar = "PORT",
@@ -248,7 +256,6 @@ static const kl_option options[] = {
     {.name = "metrics_address",
      .type = KL_OPT_STRING,
      .offset = F(metrics_address),
-     .def = "127.0.0.1",
      .env = "KEYLESS_METRICS_ADDRESS",
      .flag = "metrics-address",
      .metavar = "ADDR",
@@ -260,7 +267,6 @@ static const kl_option options[] = {
     {.name = "metrics_identities",
      .type = KL_OPT_BOOL,
      .offset = F(metrics_identities),
-     .def = "true",
      .env = "KEYLESS_METRICS_IDENTITIES",
      .flag = "metrics-identities",
      .metavar = "BOOL",
@@ -285,7 +291,6 @@ static const kl_option options[] = {
      .offset = F(shards),
      .min = 0,
      .max = 1024,
-     .def = "0",
      .env = "KEYLESS_SHARDS",
      .flag = "shards",
      .metavar = "N",
@@ -297,7 +302,6 @@ static const kl_option options[] = {
      .offset = F(workers),
      .min = 0,
      .max = 1024,
-     .def = "0",
      .env = "KEYLESS_WORKERS",
      .flag = "workers",
      .metavar = "N",
@@ -308,7 +312,6 @@ static const kl_option options[] = {
      .offset = F(realtime_priority),
      .min = 0,
      .max = 98,
-     .def = "0",
      .env = "KEYLESS_REALTIME_PRIORITY",
      .flag = "realtime-priority",
      .metavar = "N",
@@ -325,7 +328,6 @@ static const kl_option options[] = {
      .offset = F(max_inflight_per_conn),
      .min = 1,
      .max = 1 << 20,
-     .def = "1024",
      .env = "KEYLESS_MAX_INFLIGHT_PER_CONN",
      .flag = "max-inflight-per-conn",
      .metavar = "N",
@@ -337,7 +339,6 @@ static const kl_option options[] = {
      .offset = F(max_inflight),
      .min = 1,
      .max = 1 << 24,
-     .def = "65536",
      .env = "KEYLESS_MAX_INFLIGHT",
      .flag = "max-inflight",
      .metavar = "N",
@@ -349,7 +350,6 @@ static const kl_option options[] = {
      .offset = F(idle_timeout_ns),
      .min = 1,
      .max = DAY_MS,
-     .def = "30s",
      .env = "KEYLESS_IDLE_TIMEOUT",
      .flag = "idle-timeout",
      .metavar = "DURATION",
@@ -360,7 +360,6 @@ static const kl_option options[] = {
      .offset = F(handshake_timeout_ns),
      .min = 1,
      .max = HOUR_MS,
-     .def = "10s",
      .env = "KEYLESS_HANDSHAKE_TIMEOUT",
      .flag = "handshake-timeout",
      .metavar = "DURATION",
@@ -371,7 +370,6 @@ static const kl_option options[] = {
      .offset = F(drain_timeout_ns),
      .min = 0,
      .max = HOUR_MS,
-     .def = "5s",
      .env = "KEYLESS_DRAIN_TIMEOUT",
      .flag = "drain-timeout",
      .metavar = "DURATION",
@@ -384,7 +382,6 @@ static const kl_option options[] = {
      .offset = F(max_queue_time_ns),
      .min = 0,
      .max = HOUR_MS,
-     .def = "0s",
      .env = "KEYLESS_MAX_QUEUE_TIME",
      .flag = "max-queue-time",
      .metavar = "DURATION",
@@ -397,7 +394,6 @@ static const kl_option options[] = {
      .offset = F(sign_timeout_ns),
      .min = 0,
      .max = HOUR_MS,
-     .def = "0s",
      .env = "KEYLESS_SIGN_TIMEOUT",
      .flag = "sign-timeout",
      .metavar = "DURATION",
@@ -412,7 +408,6 @@ static const kl_option options[] = {
      .offset = F(sign_retry_count),
      .min = 0,
      .max = 100,
-     .def = "0",
      .env = "KEYLESS_SIGN_RETRY_COUNT",
      .flag = "sign-retry-count",
      .metavar = "N",
@@ -424,7 +419,6 @@ static const kl_option options[] = {
     {.name = "tls13",
      .type = KL_OPT_BOOL,
      .offset = F(tls13),
-     .def = "true",
      .env = "KEYLESS_TLS13",
      .flag = "tls13",
      .metavar = "BOOL",
@@ -436,7 +430,6 @@ static const kl_option options[] = {
      .offset = F(max_connections),
      .min = 1,
      .max = 1 << 22,
-     .def = "10000",
      .env = "KEYLESS_MAX_CONNECTIONS",
      .flag = "max-connections",
      .metavar = "N",
@@ -449,7 +442,6 @@ static const kl_option options[] = {
      .offset = F(max_handshaking),
      .min = 1,
      .max = 1 << 22,
-     .def = "1000",
      .env = "KEYLESS_MAX_HANDSHAKING",
      .flag = "max-handshaking",
      .metavar = "N",
@@ -463,7 +455,6 @@ static const kl_option options[] = {
      .offset = F(max_handshaking_per_source),
      .min = 1,
      .max = 1 << 22,
-     .def = "100",
      .env = "KEYLESS_MAX_HANDSHAKING_PER_SOURCE",
      .flag = "max-handshaking-per-source",
      .metavar = "N",
@@ -476,7 +467,6 @@ static const kl_option options[] = {
      .offset = F(max_handshake_bytes),
      .min = 4096,
      .max = 1 << 24,
-     .def = "65536",
      .env = "KEYLESS_MAX_HANDSHAKE_BYTES",
      .flag = "max-handshake-bytes",
      .metavar = "BYTES",
@@ -489,7 +479,6 @@ static const kl_option options[] = {
      .offset = F(max_output_per_conn),
      .min = 65536,
      .max = 1 << 30,
-     .def = "8388608",
      .env = "KEYLESS_MAX_OUTPUT_PER_CONN",
      .flag = "max-output-per-conn",
      .metavar = "BYTES",
@@ -502,7 +491,6 @@ static const kl_option options[] = {
      .offset = F(max_buffered_bytes),
      .min = 1048576,
      .max = 1 << 30,
-     .def = "67108864",
      .env = "KEYLESS_MAX_BUFFERED_BYTES",
      .flag = "max-buffered-bytes",
      .metavar = "BYTES",
@@ -528,7 +516,6 @@ static const kl_option options[] = {
     {.name = "allow_core_dumps",
      .type = KL_OPT_BOOL,
      .offset = F(allow_core_dumps),
-     .def = "false",
      .env = "KEYLESS_ALLOW_CORE_DUMPS",
      .flag = "allow-core-dumps",
      .metavar = "BOOL",
@@ -567,7 +554,6 @@ static const kl_option options[] = {
     {.name = "init_endpoint",
      .type = KL_OPT_STRING,
      .offset = F(init_endpoint),
-     .def = "https://api.cloudflare.com/client/v4/certificates/",
      .env = "KEYLESS_INIT_ENDPOINT",
      .flag = "init-endpoint",
      .metavar = "URL",
@@ -578,7 +564,6 @@ static const kl_option options[] = {
     {.name = "auth_csr",
      .type = KL_OPT_STRING,
      .offset = F(auth_csr),
-     .def = "server.csr",
      .env = "KEYLESS_AUTH_CSR",
      .flag = "auth-csr",
      .metavar = "PATH",
@@ -588,7 +573,6 @@ static const kl_option options[] = {
     {.name = "auto_renew",
      .type = KL_OPT_BOOL,
      .offset = F(auto_renew),
-     .def = "false",
      .env = "KEYLESS_AUTO_RENEW",
      .flag = "auto-renew",
      .metavar = "BOOL",
@@ -603,7 +587,6 @@ static const kl_option options[] = {
      .offset = F(activation_timeout_ns),
      .min = 1000,
      .max = 10 * 60 * 1000,
-     .def = "30s",
      .env = "KEYLESS_ACTIVATION_TIMEOUT",
      .flag = "activation-timeout",
      .metavar = "DURATION",
@@ -615,7 +598,6 @@ static const kl_option options[] = {
     {.name = "tracing_enabled",
      .type = KL_OPT_BOOL,
      .offset = F(tracing_enabled),
-     .def = "false",
      .env = "KEYLESS_TRACING_ENABLED",
      .flag = "tracing-enabled",
      .metavar = "BOOL",
@@ -624,7 +606,6 @@ static const kl_option options[] = {
     {.name = "tracing_address",
      .type = KL_OPT_STRING,
      .offset = F(tracing_address),
-     .def = "localhost:6831",
      .env = "KEYLESS_TRACING_ADDRESS",
      .flag = "tracing-address",
      .metavar = "HOST:PORT|URL",
@@ -637,7 +618,6 @@ static const kl_option options[] = {
      .offset = F(tracing_sample_rate),
      .min = 0,
      .max = 1,
-     .def = "0",
      .env = "KEYLESS_TRACING_SAMPLE_RATE",
      .flag = "tracing-sample-rate",
      .metavar = "0..1",
@@ -645,7 +625,7 @@ static const kl_option options[] = {
      .group = G_TRACE},
 
 /* ---- geo routing: its rows live in options_router.inc ---- */
-#include "config/options_router.inc"
+#include "daemon/options_router.inc"
 
     /* ---- modes ---- */
     {.name = "check",
@@ -735,16 +715,70 @@ static const kl_option options[] = {
      .group = G_MODES},
 };
 
-const kl_option *kl_config_options(size_t *count)
+/* The defaults of the options kept in kl_config (the process's own); a
+ * module's options take its defaults struct. Zero, false and unset need
+ * no line. Literals only: kl_config_new copies the strings. */
+static void defaults(kl_config *cfg)
 {
-    *count = sizeof options / sizeof options[0];
-    return options;
+    kl_config *c = cfg;
+    c->loglevel = 1;
+    c->log_format = "text";
+    c->auth_cert = "server.pem";
+    c->auth_key = "server-key.pem";
+    c->cloudflare_ca_cert = "keyless_cacert.pem";
+    c->watch_key_dirs = true;
+    c->watch_delay_ns = 500 * KL_NS_PER_MS;
+    c->port = 2407;
+    c->listen_address = "0.0.0.0";
+    c->metrics_port = 2406;
+    c->metrics_address = "127.0.0.1";
+    c->metrics_identities = true;
+    c->max_inflight_per_conn = 1024;
+    c->max_inflight = 65536;
+    c->idle_timeout_ns = 30 * KL_NS_PER_S;
+    c->handshake_timeout_ns = 10 * KL_NS_PER_S;
+    c->drain_timeout_ns = 5 * KL_NS_PER_S;
+    c->tls13 = true;
+    c->max_connections = 10000;
+    c->max_handshaking = 1000;
+    c->max_handshaking_per_source = 100;
+    c->max_handshake_bytes = 65536;
+    c->max_output_per_conn = 8388608;
+    c->max_buffered_bytes = 67108864;
+    c->init_endpoint = "https://api.cloudflare.com/client/v4/certificates/";
+    c->auth_csr = "server.csr";
+    c->activation_timeout_ns = 30 * KL_NS_PER_S;
+    c->tracing_address = "localhost:6831";
+    c->router_default_deadline_ns = 2 * KL_NS_PER_S;
+    c->router_max_attempts = 3;
+    c->router_max_hops = 3;
+    c->router_timeout_floor_ns = 20 * KL_NS_PER_MS;
+    c->router_timeout_ceiling_ns = 2 * KL_NS_PER_S;
+    c->router_timeout_p99_factor = 10;
+    c->router_ping_interval_ns = 1 * KL_NS_PER_S;
+    c->router_ewma_weight = 20;
+    c->router_latency_tolerance = 10;
+    c->router_reload_poll_ns = 1 * KL_NS_PER_S;
+    c->router_dns_refresh_ns = 30 * KL_NS_PER_S;
+    c->router_connect_timeout_ns = 2 * KL_NS_PER_S;
+    c->router_conn_inflight_threshold = 256;
+    c->router_max_conns_per_remote = 8;
+    c->router_max_inflight_per_conn = 1024;
+    c->router_max_fds = 1024;
+    c->router_max_inflight = 65536;
+    c->router_dns_ttl_floor_ns = 5 * KL_NS_PER_S;
+    c->router_dns_ttl_ceiling_ns = 1 * 3600 * KL_NS_PER_S;
+    c->router_conn_idle_timeout_ns = 60 * KL_NS_PER_S;
+    c->router_answer_hold_ns = 1 * KL_NS_PER_MS;
 }
 
-const kl_option *kl_config_find(const char *name)
-{
-    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
-        if (strcmp(options[i].name, name) == 0)
-            return &options[i];
-    return NULL;
-}
+_Static_assert(offsetof(kl_settings, cfg) == 0,
+               "the loader's kl_config starts the settings");
+
+const kl_opt_table kl_daemon_options = {
+    .rows = options,
+    .count = sizeof options / sizeof options[0],
+    .size = sizeof(kl_settings),
+    .defaults = defaults,
+    .check = check,
+};

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* keylessd's configuration: the loader's kl_config (config/config.h: the
+ * process's own options and the loading state) followed by each module's
+ * options struct, which the module defines and gives its defaults. The
+ * option table (options.c, options_router.inc) points into this struct,
+ * so an option read from the file, the environment or a flag lands in the
+ * module's own field and the daemon hands the module its struct whole
+ * (docs/DESIGN.md, "The map": where an option travels; "Adding an
+ * option"). */
+#ifndef KL_DAEMON_SETTINGS_H
+#define KL_DAEMON_SETTINGS_H
+
+#include <assert.h>
+#include <stddef.h>
+
+#include "config/config.h"
+
+typedef struct kl_settings {
+    kl_config cfg; /* first: the loader works on it (config/config.h) */
+} kl_settings;
+
+/* keylessd's option table, over kl_settings. */
+extern const kl_opt_table kl_daemon_options;
+
+/* A configuration with every default, read by kl_config_load; free it with
+ * kl_config_free. NULL when out of memory. */
+static inline kl_config *kl_daemon_config_new(void)
+{
+    return kl_config_new(&kl_daemon_options);
+}
+
+/* The whole configuration around cfg (made by kl_daemon_config_new). */
+static inline kl_settings *kl_settings_of(kl_config *cfg)
+{
+    assert(cfg->table == &kl_daemon_options);
+    return (kl_settings *)cfg;
+}
+static inline const kl_settings *kl_settings_of_c(const kl_config *cfg)
+{
+    assert(cfg->table == &kl_daemon_options);
+    return (const kl_settings *)cfg;
+}
+
+#endif
