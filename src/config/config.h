@@ -39,7 +39,6 @@ typedef struct kl_config {
     /* options (fields named as their YAML keys) */
     int loglevel;
     char *log_format; /* "text" or "json" */
-    double access_log_sample_rate;
     char *hostname;
     char *zone_id;
     char *origin_ca_api_key; /* secret: redacted in --output-config */
@@ -48,7 +47,6 @@ typedef struct kl_config {
     char *auth_key;
     char *auth_csr;
     char *cloudflare_ca_cert;
-    int port;
     int metrics_port;
     char *pid_file;
     char *current_time; /* RFC 3339; see current_time_unix */
@@ -57,8 +55,6 @@ typedef struct kl_config {
     double tracing_sample_rate;
     uint64_t sign_timeout_ns;
     int sign_retry_count;
-    char *listen_address;
-    bool listen_reuseport;   /* share the port with another process */
     char *private_key_dirs;  /* comma list: replaces private_key_stores */
     char *private_key_files; /* comma list: replaces private_key_stores */
     bool allow_group_readable_keys;
@@ -66,22 +62,9 @@ typedef struct kl_config {
     uint64_t watch_delay_ns;
     bool auto_renew;
     uint64_t activation_timeout_ns; /* whole Origin CA API call */
-    int shards;                     /* 0: number of CPUs */
     int workers;                    /* 0: number of CPUs */
     int realtime_priority;          /* 0: normal scheduling (core/sched.h) */
-    int max_inflight_per_conn;
-    int max_inflight;
-    uint64_t idle_timeout_ns;
-    uint64_t handshake_timeout_ns;
-    uint64_t drain_timeout_ns;
-    uint64_t max_queue_time_ns; /* 0: none */
     /* hardening (docs/SECURITY.md) */
-    int max_connections;
-    int max_handshaking;
-    int max_handshaking_per_source;
-    int max_handshake_bytes;
-    int max_output_per_conn; /* bytes */
-    int max_buffered_bytes;  /* bytes, process-wide */
     bool allow_core_dumps;
     char *access_file; /* access lists (engine/acl.h); unset: none */
     bool tls13;

@@ -225,25 +225,7 @@ kl_status kl_cfg_derive(kl_config *cfg, char *err, size_t errlen)
                     "sign_retry_count: %d has no effect in keylessd "
                     "(see --help)",
                     cfg->sign_retry_count);
-    if (!cfg->listen_address || !*cfg->listen_address)
-        return kl_cfg_fail(err, errlen,
-                           "listen_address: must not be empty; use 0.0.0.0 "
-                           "for every IPv4 address");
-    for (const char *const *o =
-             (const char *const[]){"auth_cert", "auth_key",
-                                   "cloudflare_ca_cert", NULL};
-         *o; o++) {
-        const kl_option *opt = kl_config_find(cfg->table, *o);
-        const char *v = *(char **)((char *)cfg + opt->offset);
-        char def[256];
-        if (!v || !*v) {
-            kl_config_default_text(cfg->table, opt, def, sizeof def);
-            return kl_cfg_fail(err, errlen,
-                               "%s: must name a file; remove the empty "
-                               "setting to use the default %s",
-                               *o, def);
-        }
-    }
+    /* the program's checks (for keylessd: daemon/options.c) */
     if (cfg->table->check)
         KL_GUARD(cfg->table->check(cfg, err, errlen));
     if (cfg->manual_activation && cfg->config_only)

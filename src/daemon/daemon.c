@@ -94,8 +94,9 @@ int kl_daemon_main(int argc, char **argv, const char *version)
     kl_problems earlier = {
         .errors = cfg->nerrors,
         .warnings = cfg->nwarnings +
-                    kl_limits_process_setup(cfg->allow_core_dumps,
-                                            (size_t)cfg->max_connections),
+                    kl_limits_process_setup(
+                        cfg->allow_core_dumps,
+                        (size_t)kl_settings_of(cfg)->server.max_connections),
     };
 
     if (cfg->check || cfg->keystore_debug || cfg->config_only ||

@@ -134,12 +134,13 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
 static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const kl_server_opts *s = &kl_settings_of_c(cfg)->server;
     kl_tracer_opts to = {
         .endpoint = cfg->tracing_endpoint,
         .sample_rate = cfg->tracing_sample_rate,
-        .rings = cfg->shards > 0 ? (unsigned)cfg->shards
-                 : ncpu > 0      ? (unsigned)ncpu
-                                 : 1,
+        .rings = s->shards > 0 ? (unsigned)s->shards
+                 : ncpu > 0    ? (unsigned)ncpu
+                               : 1,
     };
     char err[512];
     if (kl_tracer_new(&to, &x->tracer, err, sizeof err) != KL_OK) {
@@ -350,7 +351,8 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
     kl_metrics_set_keys_loaded(x->metrics, nkeys);
     export_certs(x, cfg);
     kl_metrics_on_scrape(x->metrics, on_scrape, x);
-    const char *addr = or_default(cfg->metrics_address, cfg->listen_address);
+    const char *addr = or_default(cfg->metrics_address,
+                                  kl_settings_of_c(cfg)->server.listen_address);
     char err[512];
     x->http = kl_metrics_http_start(
         x->metrics,

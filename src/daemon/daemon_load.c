@@ -150,7 +150,7 @@ kl_tls_ctx *kl_daemon_load_tls(const kl_config *cfg, kl_problems *p)
         .disable_tls13 = !cfg->tls13,
         .verify_time = cfg->has_current_time ? cfg->current_time_unix : 0,
         /* a session for every connection there may be */
-        .session_cache = cfg->max_connections,
+        .session_cache = kl_settings_of_c(cfg)->server.max_connections,
     };
     char err[512];
     kl_tls_ctx *tls = kl_tls_server_ctx_new(&to, err, sizeof err);
@@ -223,7 +223,8 @@ int kl_daemon_check(const kl_config *cfg, kl_problems earlier)
      * limits') counts: the summary's numbers are the lines above it
      * (docs/OPERATIONS.md, Modes) */
     kl_problems p = earlier;
-    check_address("listen_address", cfg->listen_address, &p);
+    const kl_server_opts *so = &kl_settings_of_c(cfg)->server;
+    check_address("listen_address", so->listen_address, &p);
     if (cfg->metrics_port > 0)
         check_address("metrics_address",
                       cfg->metrics_address && *cfg->metrics_address

@@ -15,6 +15,7 @@
  * options (in kl_config), S(), P(), R() for the engine's, the pool's and
  * the router's. */
 #define F(field) offsetof(kl_settings, cfg.field)
+#define S(field) offsetof(kl_settings, server.field)
 #define DAY_MS (24ll * 3600 * 1000)
 #define HOUR_MS (3600ll * 1000)
 
@@ -29,10 +30,34 @@
 #define G_TRACE "Tracing"
 #define G_ROUTE "Geo routing (docs/ROUTING.md)"
 
-/* Checks between options of the embedded modules (the loader checks its
- * own in config/derive.c). */
+/* Checks of keylessd's options that the loader does not know (it checks
+ * the stores, current_time, log_format and the modes in config/derive.c).
+ */
 static kl_status check(const kl_config *cfg, char *err, size_t errlen)
 {
+    const kl_settings *s = kl_settings_of_c(cfg);
+    if (!s->server.listen_address || !*s->server.listen_address) {
+        kl_errf(err, errlen,
+                "listen_address: must not be empty; use 0.0.0.0 for every "
+                "IPv4 address");
+        return KL_E_CONFIG;
+    }
+    for (const char *const *o =
+             (const char *const[]){"auth_cert", "auth_key",
+                                   "cloudflare_ca_cert", NULL};
+         *o; o++) {
+        const kl_option *opt = kl_config_find(cfg->table, *o);
+        const char *v = *(char *const *)((const char *)cfg + opt->offset);
+        char def[256];
+        if (!v || !*v) {
+            kl_config_default_text(cfg->table, opt, def, sizeof def);
+            kl_errf(err, errlen,
+                    "%s: must name a file; remove the empty setting to use "
+                    "the default %s",
+                    *o, def);
+            return KL_E_CONFIG;
+        }
+    }
     if (cfg->router_timeout_ceiling_ns < cfg->router_timeout_floor_ns) {
         char a[32], b[32];
         kl_format_duration(cfg->router_timeout_ceiling_ns, a, sizeof a);
@@ -89,7 +114,7 @@ static const kl_option options[] = {
      .group = G_LOG},
     {.name = "access_log_sample_rate",
      .type = KL_OPT_FLOAT,
-     .offset = F(access_log_sample_rate),
+     .offset = S(access_log_sample_rate),
      .min = 0,
      .max = 1,
      .env = "KEYLESS_ACCESS_LOG_SAMPLE_RATE",
@@ -212,8 +237,8 @@ static const kl_option options[] = {
 
     /* ---- listening ---- */
     {.name = "port",
-     .type = KL_OPT_INT,
-     .offset = F(port),
+     .type = KL_OPT_U16,
+     .offset = S(port),
      .min = 1,
      .max = 65535,
      .env = "KEYLESS_PORT",
@@ -223,7 +248,7 @@ static const kl_option options[] = {
      .group = G_NET},
     {.name = "listen_address",
      .type = KL_OPT_STRING,
-     .offset = F(listen_address),
+     .offset = S(listen_address),
      .env = "KEYLESS_LISTEN_ADDRESS",
      .flag = "listen-address",
      .metavar = "ADDR",
@@ -232,7 +257,7 @@ static const kl_option options[] = {
      .group = G_NET},
     {.name = "listen_reuseport",
      .type = KL_OPT_BOOL,
-     .offset = F(listen_reuseport),
+     .offset = S(share_port),
      .env = "KEYLESS_LISTEN_REUSEPORT",
      .flag = "listen-reuseport",
      .metavar = "BOOL",
@@ -288,7 +313,7 @@ static const kl_option options[] = {
     /* ---- limits and timeouts ---- */
     {.name = "shards",
      .type = KL_OPT_INT,
-     .offset = F(shards),
+     .offset = S(shards),
      .min = 0,
      .max = 1024,
      .env = "KEYLESS_SHARDS",
@@ -324,8 +349,8 @@ static const kl_option options[] = {
              "scheduling",
      .group = G_LIMITS},
     {.name = "max_inflight_per_conn",
-     .type = KL_OPT_INT,
-     .offset = F(max_inflight_per_conn),
+     .type = KL_OPT_U32,
+     .offset = S(max_inflight_per_conn),
      .min = 1,
      .max = 1 << 20,
      .env = "KEYLESS_MAX_INFLIGHT_PER_CONN",
@@ -335,8 +360,8 @@ static const kl_option options[] = {
              "(protocol P8 asks for at least 1024)",
      .group = G_LIMITS},
     {.name = "max_inflight",
-     .type = KL_OPT_INT,
-     .offset = F(max_inflight),
+     .type = KL_OPT_U32,
+     .offset = S(max_inflight),
      .min = 1,
      .max = 1 << 24,
      .env = "KEYLESS_MAX_INFLIGHT",
@@ -347,7 +372,7 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     {.name = "idle_timeout",
      .type = KL_OPT_DURATION,
-     .offset = F(idle_timeout_ns),
+     .offset = S(idle_timeout_ns),
      .min = 1,
      .max = DAY_MS,
      .env = "KEYLESS_IDLE_TIMEOUT",
@@ -357,7 +382,7 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     {.name = "handshake_timeout",
      .type = KL_OPT_DURATION,
-     .offset = F(handshake_timeout_ns),
+     .offset = S(handshake_timeout_ns),
      .min = 1,
      .max = HOUR_MS,
      .env = "KEYLESS_HANDSHAKE_TIMEOUT",
@@ -367,7 +392,7 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     {.name = "drain_timeout",
      .type = KL_OPT_DURATION,
-     .offset = F(drain_timeout_ns),
+     .offset = S(drain_timeout_ns),
      .min = 0,
      .max = HOUR_MS,
      .env = "KEYLESS_DRAIN_TIMEOUT",
@@ -379,7 +404,7 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     {.name = "max_queue_time",
      .type = KL_OPT_DURATION,
-     .offset = F(max_queue_time_ns),
+     .offset = S(max_queue_time_ns),
      .min = 0,
      .max = HOUR_MS,
      .env = "KEYLESS_MAX_QUEUE_TIME",
@@ -426,8 +451,8 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     /* ---- hardening (docs/SECURITY.md) ---- */
     {.name = "max_connections",
-     .type = KL_OPT_INT,
-     .offset = F(max_connections),
+     .type = KL_OPT_U32,
+     .offset = S(max_connections),
      .min = 1,
      .max = 1 << 22,
      .env = "KEYLESS_MAX_CONNECTIONS",
@@ -438,8 +463,8 @@ static const kl_option options[] = {
              "the hard limit and warns when that is too low)",
      .group = G_LIMITS},
     {.name = "max_handshaking",
-     .type = KL_OPT_INT,
-     .offset = F(max_handshaking),
+     .type = KL_OPT_U32,
+     .offset = S(max_handshaking),
      .min = 1,
      .max = 1 << 22,
      .env = "KEYLESS_MAX_HANDSHAKING",
@@ -451,8 +476,8 @@ static const kl_option options[] = {
              "net.core.somaxconn)",
      .group = G_LIMITS},
     {.name = "max_handshaking_per_source",
-     .type = KL_OPT_INT,
-     .offset = F(max_handshaking_per_source),
+     .type = KL_OPT_U32,
+     .offset = S(max_handshaking_per_source),
      .min = 1,
      .max = 1 << 22,
      .env = "KEYLESS_MAX_HANDSHAKING_PER_SOURCE",
@@ -463,8 +488,8 @@ static const kl_option options[] = {
              "raise it when many edges share one (NAT) address",
      .group = G_LIMITS},
     {.name = "max_handshake_bytes",
-     .type = KL_OPT_INT,
-     .offset = F(max_handshake_bytes),
+     .type = KL_OPT_U32,
+     .offset = S(max_handshake_bytes),
      .min = 4096,
      .max = 1 << 24,
      .env = "KEYLESS_MAX_HANDSHAKE_BYTES",
@@ -475,8 +500,8 @@ static const kl_option options[] = {
              "client that sends more is disconnected",
      .group = G_LIMITS},
     {.name = "max_output_per_conn",
-     .type = KL_OPT_INT,
-     .offset = F(max_output_per_conn),
+     .type = KL_OPT_SIZE,
+     .offset = S(max_output),
      .min = 65536,
      .max = 1 << 30,
      .env = "KEYLESS_MAX_OUTPUT_PER_CONN",
@@ -487,8 +512,8 @@ static const kl_option options[] = {
              "reads is closed by idle_timeout then drain_timeout)",
      .group = G_LIMITS},
     {.name = "max_buffered_bytes",
-     .type = KL_OPT_INT,
-     .offset = F(max_buffered_bytes),
+     .type = KL_OPT_SIZE,
+     .offset = S(max_buffered),
      .min = 1048576,
      .max = 1 << 30,
      .env = "KEYLESS_MAX_BUFFERED_BYTES",
@@ -720,7 +745,9 @@ static const kl_option options[] = {
  * no line. Literals only: kl_config_new copies the strings. */
 static void defaults(kl_config *cfg)
 {
+    kl_settings *s = kl_settings_of(cfg);
     kl_config *c = cfg;
+    s->server = kl_server_defaults;
     c->loglevel = 1;
     c->log_format = "text";
     c->auth_cert = "server.pem";
@@ -728,23 +755,10 @@ static void defaults(kl_config *cfg)
     c->cloudflare_ca_cert = "keyless_cacert.pem";
     c->watch_key_dirs = true;
     c->watch_delay_ns = 500 * KL_NS_PER_MS;
-    c->port = 2407;
-    c->listen_address = "0.0.0.0";
     c->metrics_port = 2406;
     c->metrics_address = "127.0.0.1";
     c->metrics_identities = true;
-    c->max_inflight_per_conn = 1024;
-    c->max_inflight = 65536;
-    c->idle_timeout_ns = 30 * KL_NS_PER_S;
-    c->handshake_timeout_ns = 10 * KL_NS_PER_S;
-    c->drain_timeout_ns = 5 * KL_NS_PER_S;
     c->tls13 = true;
-    c->max_connections = 10000;
-    c->max_handshaking = 1000;
-    c->max_handshaking_per_source = 100;
-    c->max_handshake_bytes = 65536;
-    c->max_output_per_conn = 8388608;
-    c->max_buffered_bytes = 67108864;
     c->init_endpoint = "https://api.cloudflare.com/client/v4/certificates/";
     c->auth_csr = "server.csr";
     c->activation_timeout_ns = 30 * KL_NS_PER_S;

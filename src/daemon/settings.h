@@ -14,10 +14,20 @@
 #include <stddef.h>
 
 #include "config/config.h"
+#include "engine/server.h"
 
 typedef struct kl_settings {
-    kl_config cfg; /* first: the loader works on it (config/config.h) */
+    kl_config cfg;         /* first: the loader works on it (config/config.h) */
+    kl_server_opts server; /* the engine (engine/server.h) */
 } kl_settings;
+
+/* What each module is handed: its struct from the settings, with the
+ * values derived from several options (derived.c, the one place for
+ * them). The objects a module works with (contexts, stores, the pool)
+ * are the caller's to set. */
+
+/* The engine's options; max_queue_time 0 takes sign_timeout. */
+kl_server_opts kl_settings_server(const kl_settings *s);
 
 /* keylessd's option table, over kl_settings. */
 extern const kl_opt_table kl_daemon_options;

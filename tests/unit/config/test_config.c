@@ -44,19 +44,19 @@ static void test_defaults(void **state)
     assert_non_null(cfg);
     assert_int_equal(load_args(cfg, tc_no_env, NULL), KL_OK);
     assert_int_equal(cfg->loglevel, 1);
-    assert_int_equal(cfg->port, 2407);
-    assert_string_equal(cfg->listen_address, "0.0.0.0");
+    assert_int_equal(kl_settings_of(cfg)->server.port, 2407);
+    assert_string_equal(kl_settings_of(cfg)->server.listen_address, "0.0.0.0");
     assert_string_equal(cfg->auth_cert, "server.pem");
     assert_string_equal(cfg->auth_key, "server-key.pem");
     assert_string_equal(cfg->cloudflare_ca_cert, "keyless_cacert.pem");
-    assert_int_equal(cfg->shards, 0);
+    assert_int_equal(kl_settings_of(cfg)->server.shards, 0);
     assert_int_equal(cfg->workers, 0);
-    assert_int_equal(cfg->max_inflight_per_conn, 1024);
-    assert_int_equal(cfg->max_inflight, 65536);
-    assert_true(cfg->idle_timeout_ns == 30 * SEC);
-    assert_true(cfg->handshake_timeout_ns == 10 * SEC);
-    assert_true(cfg->drain_timeout_ns == 5 * SEC);
-    assert_true(cfg->max_queue_time_ns == 0);
+    assert_int_equal(kl_settings_of(cfg)->server.max_inflight_per_conn, 1024);
+    assert_int_equal(kl_settings_of(cfg)->server.max_inflight, 65536);
+    assert_true(kl_settings_of(cfg)->server.idle_timeout_ns == 30 * SEC);
+    assert_true(kl_settings_of(cfg)->server.handshake_timeout_ns == 10 * SEC);
+    assert_true(kl_settings_of(cfg)->server.drain_timeout_ns == 5 * SEC);
+    assert_true(kl_settings_of(cfg)->server.max_queue_time_ns == 0);
     assert_true(cfg->tls13);
     assert_false(cfg->allow_group_readable_keys);
     assert_int_equal(cfg->nstores, 0);
@@ -88,8 +88,9 @@ static void test_yaml_file(void **state)
     assert_int_equal(load_args(cfg, tc_no_env, "-c", path, NULL), KL_OK);
     assert_string_equal(cfg->loaded_file, path);
     assert_int_equal(cfg->loglevel, 0);
-    assert_int_equal(cfg->port, 3407);
-    assert_string_equal(cfg->listen_address, "127.0.0.1");
+    assert_int_equal(kl_settings_of(cfg)->server.port, 3407);
+    assert_string_equal(kl_settings_of(cfg)->server.listen_address,
+                        "127.0.0.1");
     assert_string_equal(cfg->auth_cert, "/etc/keyless/server.pem");
     assert_string_equal(cfg->auth_key, "/etc/keyless/server-key.pem");
     assert_string_equal(cfg->cloudflare_ca_cert, "ca.pem");
@@ -101,10 +102,10 @@ static void test_yaml_file(void **state)
     assert_string_equal(cfg->stores[0].path, "/etc/keyless/keys");
     assert_int_equal(cfg->stores[1].kind, KL_STORE_FILE);
     assert_string_equal(cfg->stores[1].path, "/tmp/one.key");
-    assert_int_equal(cfg->shards, 3);
-    assert_true(cfg->idle_timeout_ns == 90 * SEC);
-    assert_true(cfg->handshake_timeout_ns == 500 * MS);
-    assert_true(cfg->max_queue_time_ns == 250 * MS);
+    assert_int_equal(kl_settings_of(cfg)->server.shards, 3);
+    assert_true(kl_settings_of(cfg)->server.idle_timeout_ns == 90 * SEC);
+    assert_true(kl_settings_of(cfg)->server.handshake_timeout_ns == 500 * MS);
+    assert_true(kl_settings_of(cfg)->server.max_queue_time_ns == 250 * MS);
     assert_false(cfg->tls13);
     assert_int_equal(cfg->nwarnings, 0);
     kl_config_free(cfg);
@@ -118,21 +119,21 @@ static void test_precedence(void **state)
     /* file only */
     assert_int_equal(load_args(cfg, tc_no_env, "--config-file", path, NULL),
                      KL_OK);
-    assert_int_equal(cfg->port, 1000);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 1000);
     kl_config_free(cfg);
     /* env over file */
     cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env, "--config-file", path, NULL), KL_OK);
-    assert_int_equal(cfg->port, 2000);
-    assert_int_equal(cfg->shards, 7);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 2000);
+    assert_int_equal(kl_settings_of(cfg)->server.shards, 7);
     assert_int_equal(cfg->loglevel, 4);
     kl_config_free(cfg);
     /* flag over env over file */
     cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, env, "--port=3000", "--config-file", path, NULL), KL_OK);
-    assert_int_equal(cfg->port, 3000);
-    assert_int_equal(cfg->shards, 7);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 3000);
+    assert_int_equal(kl_settings_of(cfg)->server.shards, 7);
     kl_config_free(cfg);
     /* the file can come from the environment */
     char *env2[] = {NULL, NULL};
@@ -141,7 +142,7 @@ static void test_precedence(void **state)
     env2[0] = v;
     cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env2, NULL), KL_OK);
-    assert_int_equal(cfg->port, 1000);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 1000);
     kl_config_free(cfg);
 }
 
@@ -157,7 +158,7 @@ static void test_flag_spellings(void **state)
     assert_string_equal(cfg->auth_key, "b.pem");
     assert_string_equal(cfg->cloudflare_ca_cert, "c.pem");
     assert_false(cfg->tls13);
-    assert_true(cfg->handshake_timeout_ns == 2 * SEC);
+    assert_true(kl_settings_of(cfg)->server.handshake_timeout_ns == 2 * SEC);
     kl_config_free(cfg);
 
     cfg = kl_daemon_config_new();
@@ -351,7 +352,7 @@ static void test_unknown_key_is_warning(void **state)
     assert_int_equal(kl_config_apply_yaml(cfg, "g.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
                      KL_OK);
-    assert_int_equal(cfg->port, 1234);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 1234);
     assert_int_equal(cfg->nwarnings, 3);
     assert_string_equal(cfg->warnings[0],
                         "g.yaml:2: unknown option \"hostnme\" ignored (did "
@@ -398,7 +399,7 @@ static void test_check_collects_every_error(void **state)
     assert_non_null(strstr(cfg->errors[3], "flag --workers=-5: "));
     /* the good values still apply; the bad ones keep their defaults */
     assert_int_equal(cfg->loglevel, 2);
-    assert_int_equal(cfg->port, 2407);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 2407);
     kl_config_free(cfg);
 
     cfg = kl_daemon_config_new();
@@ -419,7 +420,7 @@ static void test_empty_and_null(void **state)
     assert_int_equal(kl_config_apply_yaml(cfg, "e.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
                      KL_OK);
-    assert_int_equal(cfg->port, 2407);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 2407);
     assert_string_equal(cfg->auth_cert, "server.pem");
     kl_config_free(cfg);
 }

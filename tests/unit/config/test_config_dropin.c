@@ -86,7 +86,7 @@ static void test_reference_defaults(void **state)
     assert_string_equal(cfg->auth_csr, "server.csr");
     assert_string_equal(cfg->cloudflare_ca_cert, "keyless_cacert.pem");
     assert_int_equal(cfg->nstores, 0);
-    assert_int_equal(cfg->port, 2407);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 2407);
     assert_int_equal(cfg->metrics_port, 2406);
     assert_null(cfg->pid_file);
     assert_false(cfg->has_current_time);
@@ -142,7 +142,7 @@ static void test_reference_file(void **state)
     assert_string_equal(cfg->init_endpoint, "http://127.0.0.1:9/certs/");
     assert_string_equal(cfg->auth_csr, "a.csr");
     assert_int_equal(cfg->nstores, 3);
-    assert_int_equal(cfg->port, 3407);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 3407);
     assert_int_equal(cfg->metrics_port, 3406);
     assert_string_equal(cfg->pid_file, "/run/keyless.pid");
     assert_true(cfg->has_current_time);
@@ -277,7 +277,7 @@ static void test_short_flags(void **state)
     kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(LOAD(cfg, no_env, "-c", path, "-l", "3", "-d", "-o"),
                      KL_OK);
-    assert_int_equal(cfg->port, 4000);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 4000);
     assert_int_equal(cfg->loglevel, 3);
     assert_true(cfg->keystore_debug);
     assert_true(cfg->output_config);
@@ -319,7 +319,8 @@ static void test_file_search(void **state)
     kl_config *cfg = kl_daemon_config_new();
     write_file(dir_b, "gokeyless.yaml", "port: 2\n");
     assert_int_equal(load_v(cfg, no_env, NULL), KL_OK);
-    assert_int_equal(cfg->port, 2); /* only the second directory has one */
+    assert_int_equal(kl_settings_of(cfg)->server.port,
+                     2); /* only the second directory has one */
     kl_config_free(cfg);
 
     /* JSON (with tabs) is YAML; the first directory wins */
@@ -328,7 +329,7 @@ static void test_file_search(void **state)
                "[{\"dir\": \"/j\"}],\n\t\"tracing_enabled\": true\n}\n");
     cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, no_env, NULL), KL_OK);
-    assert_int_equal(cfg->port, 3);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 3);
     assert_int_equal(cfg->nstores, 1);
     assert_string_equal(cfg->stores[0].path, "/j");
     assert_true(cfg->tracing_enabled);
@@ -346,7 +347,7 @@ static void test_file_search(void **state)
     write_file(dir_a, "keylessd.yaml", "port: 4\n");
     cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, no_env, NULL), KL_OK);
-    assert_int_equal(cfg->port, 3);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 3);
     char want[512];
     snprintf(want, sizeof want,
              "%s/keylessd.yaml: ignored: %s/gokeyless.json is read instead "
@@ -358,7 +359,8 @@ static void test_file_search(void **state)
     remove_file(dir_a, "gokeyless.json");
     cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, no_env, NULL), KL_OK);
-    assert_int_equal(cfg->port, 4); /* keylessd.yaml accepted */
+    assert_int_equal(kl_settings_of(cfg)->server.port,
+                     4); /* keylessd.yaml accepted */
     kl_config_free(cfg);
     remove_file(dir_a, "keylessd.yaml");
     remove_file(dir_b, "gokeyless.yaml");
