@@ -62,7 +62,6 @@ typedef struct kl_config {
     uint64_t watch_delay_ns;
     bool auto_renew;
     uint64_t activation_timeout_ns; /* whole Origin CA API call */
-    int workers;                    /* 0: number of CPUs */
     int realtime_priority;          /* 0: normal scheduling (core/sched.h) */
     /* hardening (docs/SECURITY.md) */
     bool allow_core_dumps;

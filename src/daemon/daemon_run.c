@@ -134,14 +134,12 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGHUP);
     int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    /* HSM keys run on blocking workers, as many as the tokens have
-     * sessions (blocking back ends). */
     /* before any serving thread starts: they apply it themselves */
     kl_sched_configure(cfg->realtime_priority);
-    kl_pool_opts po = {
-        .workers = cfg->workers,
-        .blocking_workers = (int)kl_keystore_token_sessions(ks),
-    };
+    kl_pool_opts po = kl_settings_of(cfg)->pool;
+    /* HSM keys run on blocking workers, as many as the tokens have
+     * sessions (blocking back ends). */
+    po.blocking_workers = (int)kl_keystore_token_sessions(ks);
     kl_daemon_ext x;
     bool ext_ok = kl_ext_start(&x, cfg);
     kl_pool *pool = sfd >= 0 && ext_ok ? kl_pool_new(&po) : NULL;

@@ -16,6 +16,7 @@
  * the router's. */
 #define F(field) offsetof(kl_settings, cfg.field)
 #define S(field) offsetof(kl_settings, server.field)
+#define P(field) offsetof(kl_settings, pool.field)
 #define DAY_MS (24ll * 3600 * 1000)
 #define HOUR_MS (3600ll * 1000)
 
@@ -324,7 +325,7 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     {.name = "workers",
      .type = KL_OPT_INT,
-     .offset = F(workers),
+     .offset = P(workers),
      .min = 0,
      .max = 1024,
      .env = "KEYLESS_WORKERS",
@@ -748,6 +749,7 @@ static void defaults(kl_config *cfg)
     kl_settings *s = kl_settings_of(cfg);
     kl_config *c = cfg;
     s->server = kl_server_defaults;
+    s->pool = kl_pool_defaults;
     c->loglevel = 1;
     c->log_format = "text";
     c->auth_cert = "server.pem";

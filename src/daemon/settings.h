@@ -14,11 +14,13 @@
 #include <stddef.h>
 
 #include "config/config.h"
+#include "crypto/pool.h"
 #include "engine/server.h"
 
 typedef struct kl_settings {
     kl_config cfg;         /* first: the loader works on it (config/config.h) */
     kl_server_opts server; /* the engine (engine/server.h) */
+    kl_pool_opts pool;     /* the crypto workers (crypto/pool.h) */
 } kl_settings;
 
 /* What each module is handed: its struct from the settings, with the

@@ -50,7 +50,7 @@ static void test_defaults(void **state)
     assert_string_equal(cfg->auth_key, "server-key.pem");
     assert_string_equal(cfg->cloudflare_ca_cert, "keyless_cacert.pem");
     assert_int_equal(kl_settings_of(cfg)->server.shards, 0);
-    assert_int_equal(cfg->workers, 0);
+    assert_int_equal(kl_settings_of(cfg)->pool.workers, 0);
     assert_int_equal(kl_settings_of(cfg)->server.max_inflight_per_conn, 1024);
     assert_int_equal(kl_settings_of(cfg)->server.max_inflight, 65536);
     assert_true(kl_settings_of(cfg)->server.idle_timeout_ns == 30 * SEC);
