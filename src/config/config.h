@@ -70,31 +70,6 @@ typedef struct kl_config {
     char *config_file;
     char *metrics_address;   /* "": listen_address */
     bool metrics_identities; /* false: no CN, SAN, serial, path in labels */
-    /* geo routing (docs/ROUTING.md); router_table unset: no routing */
-    char *router_table;
-    char *router_cert, *router_key, *router_ca; /* unset: the server's own */
-    char *router_server_name;
-    uint64_t router_default_deadline_ns;
-    int router_max_attempts;
-    int router_max_hops;
-    uint64_t router_timeout_floor_ns;
-    uint64_t router_timeout_ceiling_ns;
-    int router_timeout_p99_factor;
-    uint64_t router_ping_interval_ns;
-    int router_ewma_weight;
-    int router_latency_tolerance;
-    uint64_t router_reload_poll_ns; /* 0: no polling */
-    uint64_t router_dns_refresh_ns;
-    uint64_t router_connect_timeout_ns;
-    int router_conn_inflight_threshold;
-    int router_max_conns_per_remote;
-    int router_max_inflight_per_conn;
-    int router_max_fds;
-    int router_max_inflight;
-    uint64_t router_dns_ttl_floor_ns, router_dns_ttl_ceiling_ns;
-    char *router_dns_server; /* unset: resolv.conf's */
-    uint64_t router_conn_idle_timeout_ns;
-    uint64_t router_answer_hold_ns; /* 0: no batching */
     /* modes (flags only) */
     bool help, help_markdown, help_man, version, check, keystore_debug,
         output_config, config_only, manual_activation, renew;

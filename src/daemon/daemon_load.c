@@ -239,7 +239,8 @@ int kl_daemon_check(const kl_config *cfg, kl_problems earlier)
     kl_tls_ctx *tls = enrols ? NULL : kl_daemon_load_tls(cfg, &p);
     kl_keystore *ks = kl_daemon_load_keys(cfg, true, &p);
     size_t nkeys = ks ? kl_keystore_count(ks) : 0;
-    bool routing = cfg->router_table && *cfg->router_table;
+    const char *table = kl_settings_of_c(cfg)->router.table_file;
+    bool routing = table && *table;
     if (nkeys == 0 && routing) {
         kl_info("no keys: this keylessd only forwards to the remotes of "
                 "router_table");

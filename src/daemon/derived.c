@@ -13,3 +13,19 @@ kl_server_opts kl_settings_server(const kl_settings *s)
         o.max_queue_time_ns = s->cfg.sign_timeout_ns;
     return o;
 }
+
+static const char *or_default(const char *v, const char *d)
+{
+    return v && *v ? v : d;
+}
+
+kl_router_opts kl_settings_router(const kl_settings *s)
+{
+    kl_router_opts o = s->router;
+    o.cert_file = or_default(o.cert_file, s->cfg.auth_cert);
+    o.key_file = or_default(o.key_file, s->cfg.auth_key);
+    o.ca_file = or_default(o.ca_file, s->cfg.cloudflare_ca_cert);
+    o.server_name = or_default(o.server_name, NULL);
+    o.dns_server = or_default(o.dns_server, NULL);
+    return o;
+}

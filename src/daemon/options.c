@@ -17,6 +17,7 @@
 #define F(field) offsetof(kl_settings, cfg.field)
 #define S(field) offsetof(kl_settings, server.field)
 #define P(field) offsetof(kl_settings, pool.field)
+#define R(field) offsetof(kl_settings, router.field)
 #define DAY_MS (24ll * 3600 * 1000)
 #define HOUR_MS (3600ll * 1000)
 
@@ -59,10 +60,10 @@ static kl_status check(const kl_config *cfg, char *err, size_t errlen)
             return KL_E_CONFIG;
         }
     }
-    if (cfg->router_timeout_ceiling_ns < cfg->router_timeout_floor_ns) {
+    if (s->router.timeout_ceiling_ns < s->router.timeout_floor_ns) {
         char a[32], b[32];
-        kl_format_duration(cfg->router_timeout_ceiling_ns, a, sizeof a);
-        kl_format_duration(cfg->router_timeout_floor_ns, b, sizeof b);
+        kl_format_duration(s->router.timeout_ceiling_ns, a, sizeof a);
+        kl_format_duration(s->router.timeout_floor_ns, b, sizeof b);
         kl_errf(err, errlen,
                 "router_timeout_ceiling: %s is below router_timeout_floor "
                 "%s; raise the ceiling or lower the floor",
@@ -750,6 +751,7 @@ static void defaults(kl_config *cfg)
     kl_config *c = cfg;
     s->server = kl_server_defaults;
     s->pool = kl_pool_defaults;
+    s->router = kl_router_defaults;
     c->loglevel = 1;
     c->log_format = "text";
     c->auth_cert = "server.pem";
@@ -765,27 +767,6 @@ static void defaults(kl_config *cfg)
     c->auth_csr = "server.csr";
     c->activation_timeout_ns = 30 * KL_NS_PER_S;
     c->tracing_address = "localhost:6831";
-    c->router_default_deadline_ns = 2 * KL_NS_PER_S;
-    c->router_max_attempts = 3;
-    c->router_max_hops = 3;
-    c->router_timeout_floor_ns = 20 * KL_NS_PER_MS;
-    c->router_timeout_ceiling_ns = 2 * KL_NS_PER_S;
-    c->router_timeout_p99_factor = 10;
-    c->router_ping_interval_ns = 1 * KL_NS_PER_S;
-    c->router_ewma_weight = 20;
-    c->router_latency_tolerance = 10;
-    c->router_reload_poll_ns = 1 * KL_NS_PER_S;
-    c->router_dns_refresh_ns = 30 * KL_NS_PER_S;
-    c->router_connect_timeout_ns = 2 * KL_NS_PER_S;
-    c->router_conn_inflight_threshold = 256;
-    c->router_max_conns_per_remote = 8;
-    c->router_max_inflight_per_conn = 1024;
-    c->router_max_fds = 1024;
-    c->router_max_inflight = 65536;
-    c->router_dns_ttl_floor_ns = 5 * KL_NS_PER_S;
-    c->router_dns_ttl_ceiling_ns = 1 * 3600 * KL_NS_PER_S;
-    c->router_conn_idle_timeout_ns = 60 * KL_NS_PER_S;
-    c->router_answer_hold_ns = 1 * KL_NS_PER_MS;
 }
 
 _Static_assert(offsetof(kl_settings, cfg) == 0,

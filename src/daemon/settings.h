@@ -16,11 +16,14 @@
 #include "config/config.h"
 #include "crypto/pool.h"
 #include "engine/server.h"
+#include "router/router.h"
 
 typedef struct kl_settings {
     kl_config cfg;         /* first: the loader works on it (config/config.h) */
     kl_server_opts server; /* the engine (engine/server.h) */
     kl_pool_opts pool;     /* the crypto workers (crypto/pool.h) */
+    kl_router_opts router; /* geo routing (router/router.h); table_file
+                              unset: none */
 } kl_settings;
 
 /* What each module is handed: its struct from the settings, with the
@@ -30,6 +33,12 @@ typedef struct kl_settings {
 
 /* The engine's options; max_queue_time 0 takes sign_timeout. */
 kl_server_opts kl_settings_server(const kl_settings *s);
+
+/* The router's options: its identity toward the remotes defaults to the
+ * server's own (auth_cert, auth_key) and the remotes must chain to the CA
+ * that signs clients here (cloudflare_ca_cert); an empty server_name or
+ * dns_server is unset. */
+kl_router_opts kl_settings_router(const kl_settings *s);
 
 /* keylessd's option table, over kl_settings. */
 extern const kl_opt_table kl_daemon_options;
