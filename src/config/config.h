@@ -47,12 +47,10 @@ typedef struct kl_config {
     char *auth_key;
     char *auth_csr;
     char *cloudflare_ca_cert;
-    int metrics_port;
     char *pid_file;
     char *current_time; /* RFC 3339; see current_time_unix */
     bool tracing_enabled;
     char *tracing_address;
-    double tracing_sample_rate;
     uint64_t sign_timeout_ns;
     int sign_retry_count;
     char *private_key_dirs;  /* comma list: replaces private_key_stores */
@@ -68,7 +66,6 @@ typedef struct kl_config {
     char *access_file; /* access lists (engine/acl.h); unset: none */
     bool tls13;
     char *config_file;
-    char *metrics_address;   /* "": listen_address */
     bool metrics_identities; /* false: no CN, SAN, serial, path in labels */
     /* modes (flags only) */
     bool help, help_markdown, help_man, version, check, keystore_debug,

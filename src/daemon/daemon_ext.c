@@ -15,11 +15,6 @@
 #include "daemon/daemon_ext.h"
 #include "tls/certcheck.h"
 
-static const char *or_default(const char *v, const char *d)
-{
-    return v && *v ? v : d;
-}
-
 /* The router's options as the configuration has them (unset: NULL). */
 static const kl_router_opts *router_cfg(const kl_config *cfg)
 {
@@ -93,15 +88,7 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
  * cannot start is reported and keylessd serves without it. */
 static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
 {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    const kl_server_opts *s = &kl_settings_of_c(cfg)->server;
-    kl_tracer_opts to = {
-        .endpoint = cfg->tracing_endpoint,
-        .sample_rate = cfg->tracing_sample_rate,
-        .rings = s->shards > 0 ? (unsigned)s->shards
-                 : ncpu > 0    ? (unsigned)ncpu
-                               : 1,
-    };
+    kl_tracer_opts to = kl_settings_tracer(kl_settings_of_c(cfg));
     char err[512];
     if (kl_tracer_new(&to, &x->tracer, err, sizeof err) != KL_OK) {
         kl_error("%s; serving without tracing", err);
@@ -110,7 +97,7 @@ static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
     }
     kl_info("tracing: OTLP/HTTP to %s, sample rate %g (requests with a "
             "span context follow its sampled flag)",
-            cfg->tracing_endpoint, cfg->tracing_sample_rate);
+            to.endpoint, to.sample_rate);
 }
 
 bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
@@ -120,7 +107,7 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
     atomic_init(&x->listening, false);
     atomic_init(&x->draining, false);
     atomic_init(&x->keys, 0);
-    if (cfg->metrics_port > 0) {
+    if (kl_settings_of_c(cfg)->metrics_http.port > 0) {
         x->metrics = kl_metrics_new();
         if (!x->metrics)
             kl_error("metrics: out of memory; serving without them");
@@ -314,18 +301,14 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
     kl_metrics_set_keys_loaded(x->metrics, nkeys);
     export_certs(x, cfg);
     kl_metrics_on_scrape(x->metrics, on_scrape, x);
-    const char *addr = or_default(cfg->metrics_address,
-                                  kl_settings_of_c(cfg)->server.listen_address);
+    kl_metrics_http_opts mo = kl_settings_metrics_http(kl_settings_of_c(cfg));
+    mo.ready = ready;
+    mo.ready_arg = x;
+    mo.remotes = x->router ? remotes : NULL;
+    mo.remotes_arg = x;
+    const char *addr = mo.address;
     char err[512];
-    x->http = kl_metrics_http_start(
-        x->metrics,
-        &(kl_metrics_http_opts){.address = addr,
-                                .port = (uint16_t)cfg->metrics_port,
-                                .ready = ready,
-                                .ready_arg = x,
-                                .remotes = x->router ? remotes : NULL,
-                                .remotes_arg = x},
-        err, sizeof err);
+    x->http = kl_metrics_http_start(x->metrics, &mo, err, sizeof err);
     if (!x->http) {
         /* The reference logs this and goes on serving keys: a key server
          * must not stay down for its metrics. */

@@ -225,12 +225,10 @@ int kl_daemon_check(const kl_config *cfg, kl_problems earlier)
     kl_problems p = earlier;
     const kl_server_opts *so = &kl_settings_of_c(cfg)->server;
     check_address("listen_address", so->listen_address, &p);
-    if (cfg->metrics_port > 0)
+    const kl_metrics_http_opts *mh = &kl_settings_of_c(cfg)->metrics_http;
+    if (mh->port > 0)
         check_address("metrics_address",
-                      cfg->metrics_address && *cfg->metrics_address
-                          ? cfg->metrics_address
-                          : NULL,
-                      &p);
+                      mh->address && *mh->address ? mh->address : NULL, &p);
     check_pid_file(cfg->pid_file, &p);
     /* a start would enrol or renew (activation/activate.h): the identity
      * files it would write are not checked; kl_activate_check has checked

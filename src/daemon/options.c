@@ -12,12 +12,14 @@
 #include "daemon/settings.h"
 
 /* A row's field: offsetof into kl_settings. F() for the process's own
- * options (in kl_config), S(), P(), R() for the engine's, the pool's and
- * the router's. */
+ * options (in kl_config), S(), P(), R(), T(), M() for the engine's, the
+ * pool's, the router's, the tracer's and the metrics endpoint's. */
 #define F(field) offsetof(kl_settings, cfg.field)
 #define S(field) offsetof(kl_settings, server.field)
 #define P(field) offsetof(kl_settings, pool.field)
 #define R(field) offsetof(kl_settings, router.field)
+#define T(field) offsetof(kl_settings, tracing.field)
+#define M(field) offsetof(kl_settings, metrics_http.field)
 #define DAY_MS (24ll * 3600 * 1000)
 #define HOUR_MS (3600ll * 1000)
 
@@ -269,8 +271,8 @@ static const kl_option options[] = {
              "listens on the port",
      .group = G_NET},
     {.name = "metrics_port",
-     .type = KL_OPT_INT,
-     .offset = F(metrics_port),
+     .type = KL_OPT_U16,
+     .offset = M(port),
      .min = 0,
      .max = 65535,
      .env = "KEYLESS_METRICS_PORT",
@@ -282,7 +284,7 @@ static const kl_option options[] = {
      .group = G_NET},
     {.name = "metrics_address",
      .type = KL_OPT_STRING,
-     .offset = F(metrics_address),
+     .offset = M(address),
      .env = "KEYLESS_METRICS_ADDRESS",
      .flag = "metrics-address",
      .metavar = "ADDR",
@@ -642,7 +644,7 @@ static const kl_option options[] = {
      .group = G_TRACE},
     {.name = "tracing_sample_rate",
      .type = KL_OPT_FLOAT,
-     .offset = F(tracing_sample_rate),
+     .offset = T(sample_rate),
      .min = 0,
      .max = 1,
      .env = "KEYLESS_TRACING_SAMPLE_RATE",
@@ -752,6 +754,8 @@ static void defaults(kl_config *cfg)
     s->server = kl_server_defaults;
     s->pool = kl_pool_defaults;
     s->router = kl_router_defaults;
+    s->tracing = kl_tracer_defaults;
+    s->metrics_http = kl_metrics_http_defaults;
     c->loglevel = 1;
     c->log_format = "text";
     c->auth_cert = "server.pem";
@@ -759,8 +763,6 @@ static void defaults(kl_config *cfg)
     c->cloudflare_ca_cert = "keyless_cacert.pem";
     c->watch_key_dirs = true;
     c->watch_delay_ns = 500 * KL_NS_PER_MS;
-    c->metrics_port = 2406;
-    c->metrics_address = "127.0.0.1";
     c->metrics_identities = true;
     c->tls13 = true;
     c->init_endpoint = "https://api.cloudflare.com/client/v4/certificates/";

@@ -16,6 +16,8 @@
 #include "config/config.h"
 #include "crypto/pool.h"
 #include "engine/server.h"
+#include "metrics/metrics.h"
+#include "metrics/trace.h"
 #include "router/router.h"
 
 typedef struct kl_settings {
@@ -24,6 +26,10 @@ typedef struct kl_settings {
     kl_pool_opts pool;     /* the crypto workers (crypto/pool.h) */
     kl_router_opts router; /* geo routing (router/router.h); table_file
                               unset: none */
+    kl_tracer_opts tracing; /* request tracing (metrics/trace.h), when
+                               cfg.tracing_enabled */
+    /* /metrics, /health, /ready (metrics/metrics.h); port 0: none */
+    kl_metrics_http_opts metrics_http;
 } kl_settings;
 
 /* What each module is handed: its struct from the settings, with the
@@ -39,6 +45,14 @@ kl_server_opts kl_settings_server(const kl_settings *s);
  * that signs clients here (cloudflare_ca_cert); an empty server_name or
  * dns_server is unset. */
 kl_router_opts kl_settings_router(const kl_settings *s);
+
+/* The tracer's options: the endpoint from tracing_address (config/derive.c
+ * maps the reference's Jaeger address), one ring per shard. */
+kl_tracer_opts kl_settings_tracer(const kl_settings *s);
+
+/* The metrics endpoint's options: metrics_address "" is listen_address.
+ * The callbacks are the caller's to set. */
+kl_metrics_http_opts kl_settings_metrics_http(const kl_settings *s);
 
 /* keylessd's option table, over kl_settings. */
 extern const kl_opt_table kl_daemon_options;

@@ -87,12 +87,12 @@ static void test_reference_defaults(void **state)
     assert_string_equal(cfg->cloudflare_ca_cert, "keyless_cacert.pem");
     assert_int_equal(cfg->nstores, 0);
     assert_int_equal(kl_settings_of(cfg)->server.port, 2407);
-    assert_int_equal(cfg->metrics_port, 2406);
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 2406);
     assert_null(cfg->pid_file);
     assert_false(cfg->has_current_time);
     assert_false(cfg->tracing_enabled);
     assert_string_equal(cfg->tracing_address, "localhost:6831");
-    assert_true(cfg->tracing_sample_rate == 0.0);
+    assert_true(kl_settings_of(cfg)->tracing.sample_rate == 0.0);
     assert_true(cfg->sign_timeout_ns == 0);
     assert_int_equal(cfg->sign_retry_count, 0);
     assert_true(cfg->watch_key_dirs);
@@ -143,11 +143,11 @@ static void test_reference_file(void **state)
     assert_string_equal(cfg->auth_csr, "a.csr");
     assert_int_equal(cfg->nstores, 3);
     assert_int_equal(kl_settings_of(cfg)->server.port, 3407);
-    assert_int_equal(cfg->metrics_port, 3406);
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 3406);
     assert_string_equal(cfg->pid_file, "/run/keyless.pid");
     assert_true(cfg->has_current_time);
     assert_true(cfg->current_time_unix == 1893596645);
-    assert_true(cfg->tracing_sample_rate == 0.25);
+    assert_true(kl_settings_of(cfg)->tracing.sample_rate == 0.25);
     assert_string_equal(cfg->tracing_endpoint, "http://jaeger:4318/v1/traces");
     assert_true(cfg->sign_timeout_ns == 2 * SEC);
     kl_config_free(cfg);
@@ -218,8 +218,8 @@ static void test_env_for_new_options(void **state)
     kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, env, NULL), KL_OK);
     assert_string_equal(cfg->hostname, "h.example");
-    assert_int_equal(cfg->metrics_port, 0);
-    assert_true(cfg->tracing_sample_rate == 1.0);
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 0);
+    assert_true(kl_settings_of(cfg)->tracing.sample_rate == 1.0);
     assert_true(cfg->sign_timeout_ns == 750 * MS);
     assert_true(cfg->current_time_unix == 981169506);
     assert_int_equal(cfg->nstores, 2);
@@ -297,7 +297,7 @@ static void test_short_flags(void **state)
                      KL_OK);
     assert_string_equal(cfg->zone_id, "z");
     assert_string_equal(cfg->pid_file, "/p");
-    assert_int_equal(cfg->metrics_port, 9);
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 9);
     assert_true(cfg->config_only);
     kl_config_free(cfg);
     cfg = kl_daemon_config_new();

@@ -66,9 +66,9 @@ static void test_defaults(void **state)
     assert_int_equal(kl_settings_of(cfg)->router.max_inflight_per_conn, 1024);
     assert_int_equal(kl_settings_of(cfg)->router.max_fds, 1024);
     assert_int_equal(kl_settings_of(cfg)->router.max_inflight, 65536);
-    assert_int_equal(cfg->metrics_port, 2406);
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 2406);
     /* loopback, not listen_address (docs/METRICS.md) */
-    assert_string_equal(cfg->metrics_address, "127.0.0.1");
+    assert_string_equal(kl_settings_of(cfg)->metrics_http.address, "127.0.0.1");
     kl_config_free(cfg);
 }
 
@@ -103,8 +103,9 @@ static void test_sources(void **state)
     assert_int_equal(kl_settings_of(cfg)->router.reload_poll_ns,
                      0); /* SIGHUP only */
     assert_int_equal(kl_settings_of(cfg)->router.ping_interval_ns, 250 * MS);
-    assert_string_equal(cfg->metrics_address, "127.0.0.1");
-    assert_int_equal(cfg->metrics_port, 0); /* the endpoint is off */
+    assert_string_equal(kl_settings_of(cfg)->metrics_http.address, "127.0.0.1");
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port,
+                     0); /* the endpoint is off */
 
     /* --output-config writes them back */
     char *text = NULL;
