@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/time.h"
 #include "daemon/settings.h"
 
@@ -756,8 +757,9 @@ static void defaults(kl_config *cfg)
     s->router = kl_router_defaults;
     s->tracing = kl_tracer_defaults;
     s->metrics_http = kl_metrics_http_defaults;
-    c->loglevel = 1;
-    c->log_format = "text";
+    c->loglevel = KL_LOG_DEFAULT_LEVEL;
+    /* copied by kl_config_new like the literals */
+    c->log_format = (char *)kl_log_format_name(KL_LOG_DEFAULT_FORMAT);
     c->auth_cert = "server.pem";
     c->auth_key = "server-key.pem";
     c->cloudflare_ca_cert = "keyless_cacert.pem";
