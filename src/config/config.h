@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* keylessd configuration: one table of options drives the
- * YAML file, the KEYLESS_* environment, the command-line flags, validation,
- * --help, --output-config and docs/OPERATIONS.md. Precedence: flag >
- * environment > file > default. Every key of the reference server's
- * gokeyless.yaml is an option here, with the reference's default (a
- * drop-in replacement; docs/OPERATIONS.md "Migrating from gokeyless"). */
+/* Loading a configuration: one table of options (a program's own;
+ * keylessd's is daemon/options.c) drives the YAML file, the KEYLESS_*
+ * environment, the command-line flags, validation, --help, --output-config
+ * and docs/OPERATIONS.md. Precedence: flag > environment > file > default.
+ * Every key of the reference server's gokeyless.yaml is an option of
+ * keylessd, with the reference's default (a drop-in replacement;
+ * docs/OPERATIONS.md "Migrating from gokeyless"). */
 #ifndef KL_CONFIG_CONFIG_H
 #define KL_CONFIG_CONFIG_H
 

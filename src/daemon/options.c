@@ -745,20 +745,19 @@ static const kl_option options[] = {
      .group = G_MODES},
 };
 
-/* The defaults of the options kept in kl_config (the process's own); a
- * module's options take its defaults struct. Zero, false and unset need
- * no line. Literals only: kl_config_new copies the strings. */
-static void defaults(kl_config *cfg)
+/* Every default: a module's options take its defaults struct, the
+ * options kept in kl_config (the process's own) get theirs here. Zero,
+ * false and unset need no line. Strings are static (kl_config_new copies
+ * them). */
+static void defaults(kl_config *c)
 {
-    kl_settings *s = kl_settings_of(cfg);
-    kl_config *c = cfg;
+    kl_settings *s = kl_settings_of(c);
     s->server = kl_server_defaults;
     s->pool = kl_pool_defaults;
     s->router = kl_router_defaults;
     s->tracing = kl_tracer_defaults;
     s->metrics_http = kl_metrics_http_defaults;
     c->loglevel = KL_LOG_DEFAULT_LEVEL;
-    /* copied by kl_config_new like the literals */
     c->log_format = (char *)kl_log_format_name(KL_LOG_DEFAULT_FORMAT);
     c->auth_cert = "server.pem";
     c->auth_key = "server-key.pem";
