@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "config/internal.h"
 #include "cfgtest.h"
 #include "testutil.h"
 
@@ -537,6 +538,50 @@ static void test_help_generated(void **state)
     free(text);
 }
 
+/* The defaults come from the modules' structs (docs/DESIGN.md, "The
+ * map"), not from text in the rows: each one, as --help prints it, must
+ * be a value the option accepts (within its bounds) and read back the
+ * same - a module default outside the table's bounds fails here. */
+static void test_defaults_are_valid_values(void **state)
+{
+    const kl_opt_table *t = &kl_daemon_options;
+    kl_config *def = kl_daemon_config_new(), *back = kl_daemon_config_new();
+    assert_non_null(def);
+    assert_non_null(back);
+    size_t shown = 0;
+    for (size_t i = 0; i < t->count; i++) {
+        const kl_option *o = &t->rows[i];
+        char text[256], a[256], b[256];
+        if (!kl_config_default_text(t, o, text, sizeof text))
+            continue;
+        shown++;
+        if (kl_opt_set(back, o, text, errbuf, sizeof errbuf) != KL_OK)
+            fail_msg("default of %s: %s", o->name, errbuf);
+        kl_config_value_text(def, o, a, sizeof a);
+        kl_config_value_text(back, o, b, sizeof b);
+        if (strcmp(a, b) != 0)
+            fail_msg("default of %s: \"%s\" reads back as %s, not %s", o->name,
+                     text, b, a);
+    }
+    /* every option but the modes, the stores and unset strings */
+    assert_true(shown > 60);
+    /* one from each module's struct, as documented */
+    char text[64];
+    assert_true(kl_config_default_text(
+        t, kl_config_find(t, "router_conn_idle_timeout"), text, sizeof text));
+    assert_string_equal(text, "60s");
+    assert_true(kl_config_default_text(t, kl_config_find(t, "max_inflight"),
+                                       text, sizeof text));
+    assert_string_equal(text, "65536");
+    assert_true(kl_config_default_text(t, kl_config_find(t, "metrics_address"),
+                                       text, sizeof text));
+    assert_string_equal(text, "127.0.0.1");
+    assert_false(kl_config_default_text(t, kl_config_find(t, "router_table"),
+                                        text, sizeof text));
+    kl_config_free(def);
+    kl_config_free(back);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -555,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_flag_and_env_errors),
         cmocka_unit_test(test_no_test_delay),
         cmocka_unit_test(test_help_generated),
+        cmocka_unit_test(test_defaults_are_valid_values),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
