@@ -139,10 +139,11 @@ char *kl_config_redact_uri(const char *uri);
 /* ---- the option table (for --help and generated documentation) ---- */
 
 typedef enum kl_opt_type {
-    KL_OPT_INT,
+    KL_OPT_INT, /* an int field */
     KL_OPT_BOOL,
-    KL_OPT_STRING,
-    KL_OPT_DURATION, /* "10s", "500ms", "2m", "1h30m" */
+    KL_OPT_STRING,   /* a char * (or a module's const char *) field holding a
+                        copy the config owns and frees; NULL: unset */
+    KL_OPT_DURATION, /* "10s", "500ms", "2m", "1h30m" into a uint64_t of ns */
     KL_OPT_STORES,   /* YAML list of {dir: ...} / {file: ...} maps */
     KL_OPT_MODE,     /* a flag without value: --help, --check */
     KL_OPT_FLOAT,    /* a decimal number within [min, max] */
@@ -152,7 +153,7 @@ typedef enum kl_opt_type {
 } kl_opt_type;
 
 enum {
-    KL_OPTF_RELOADABLE = 1u, /* may change at reload (drop-in issue) */
+    KL_OPTF_RELOADABLE = 1u, /* applied at SIGHUP (daemon/daemon_reload.c) */
     KL_OPTF_NO_YAML = 2u,    /* flag/environment only */
     KL_OPTF_TEST_ONLY = 4u,  /* for tests; marked as such in --help */
     KL_OPTF_SECRET = 8u,     /* redacted in --output-config */
