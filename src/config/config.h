@@ -57,6 +57,8 @@ typedef struct kl_config {
     char *private_key_dirs;  /* comma list: replaces private_key_stores */
     char *private_key_files; /* comma list: replaces private_key_stores */
     bool allow_group_readable_keys;
+    char *key_propquery;   /* for key operations; unset: defaults */
+    char *async_providers; /* comma list; unset: none */
     bool watch_key_dirs;
     uint64_t watch_delay_ns;
     bool auto_renew;
@@ -68,6 +70,9 @@ typedef struct kl_config {
     bool tls13;
     char *config_file;
     bool metrics_identities; /* false: no CN, SAN, serial, path in labels */
+    /* sealed keys (docs/SEALING.md; options_seal.inc) */
+    char *sealing_key;        /* unset: *.sealed files are held elsewhere */
+    char *sealing_attributes; /* "name=value,..."; unset: not checked */
     /* modes (flags only) */
     bool help, help_markdown, help_man, version, check, keystore_debug,
         output_config, config_only, manual_activation, renew;

@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/time.h"
+#include "crypto/async.h"
 #include "engine/acl.h"
 #include "engine/internal.h"
 
@@ -36,6 +37,7 @@ const kl_server_opts kl_server_defaults = {
     .max_handshaking = 1000,
     .max_handshaking_per_source = 100,
     .max_handshake_bytes = 64u << 10,
+    .max_async_jobs = KL_ASYNC_DEFAULT_JOBS,
 };
 
 /* shards 0: one per CPU */

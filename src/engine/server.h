@@ -50,6 +50,9 @@ typedef struct kl_server_opts {
     uint64_t handshake_timeout_ns;
     uint64_t drain_timeout_ns;  /* 0: none (close at once) */
     uint64_t max_queue_time_ns; /* 0: no limit */
+    /* operations of providers that pause ASYNC jobs, at once per shard
+     * (docs/DESIGN.md "Accelerators: ASYNC jobs") */
+    uint32_t max_async_jobs;
     /* limits.c, acl.c (docs/SECURITY.md) */
     uint32_t max_connections;            /* more are closed at accept */
     uint32_t max_handshaking;            /* connections not yet authenticated */
