@@ -20,10 +20,11 @@
 
 /* The first private key the URI yields, or NULL (*why says why). */
 static EVP_PKEY *store_load(const char *uri, const char *propq, char *why,
-                            size_t whylen)
+                            size_t whylen, bool *opened)
 {
     OSSL_STORE_CTX *c =
         OSSL_STORE_open_ex(uri, NULL, propq, NULL, NULL, NULL, NULL, NULL);
+    *opened = c != NULL;
     if (!c) {
         snprintf(why, whylen,
                  "no OpenSSL provider opens it (load the provider that holds "
@@ -67,9 +68,10 @@ kl_status kl_keystore_add_provider_key(kl_keystore *ks, const char *uri,
                                        const char *label, bool quiet, char *why,
                                        size_t whylen)
 {
-    EVP_PKEY *pkey = store_load(uri, ks->propq, why, whylen);
+    bool opened;
+    EVP_PKEY *pkey = store_load(uri, ks->propq, why, whylen, &opened);
     if (!pkey)
-        return KL_E_KEY;
+        return opened ? KL_E_KEY : KL_E_CONFIG;
     if (builtin(pkey)) {
         /* OpenSSL's own decoders read it: a file keylessd refused for a
          * reason of its own, which the caller reports */

@@ -75,10 +75,11 @@ KL_WUR kl_status kl_keystore_insert_ski(kl_keystore *ks, EVP_PKEY *pkey,
                                         const uint8_t ski[KL_SKI_LEN]);
 /* provider_key.c: the private key an OpenSSL provider other than
  * OpenSSL's own yields for uri (OSSL_STORE, under the store's
- * key_propquery), indexed under label. KL_E_KEY with why set when there is
- * none (a key of OpenSSL's own providers counts as none: the caller's
- * decoder spoke for it); a key whose public part fails the checks is also
- * reported unless quiet. */
+ * key_propquery), indexed under label. KL_E_CONFIG with why set when no
+ * provider opens the URI, KL_E_KEY when it yields no such key (a key of
+ * OpenSSL's own providers counts as none: the caller's decoder spoke for
+ * it); a key whose public part fails the checks is also reported unless
+ * quiet. */
 KL_WUR kl_status kl_keystore_add_provider_key(kl_keystore *ks, const char *uri,
                                               const char *label, bool quiet,
                                               char *why, size_t whylen);
