@@ -345,9 +345,19 @@ uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
     return err;
 }
 
-uint8_t kl_crypto_exec_private(const kl_key *key, uint8_t opcode,
-                               const uint8_t *payload, size_t plen,
-                               uint8_t *out, size_t outcap, size_t *out_len)
+void kl_crypto_private_free(kl_ctx_entry *e)
+{
+    EVP_PKEY_CTX_free(e->pctx);
+    EVP_MD_CTX_free(e->mctx);
+    OPENSSL_free(e->modulus);
+    EVP_PKEY_free(e->pkey);
+    *e = (kl_ctx_entry){0};
+}
+
+uint8_t kl_crypto_exec_private(kl_ctx_entry *keep, const kl_key *key,
+                               uint8_t opcode, const uint8_t *payload,
+                               size_t plen, uint8_t *out, size_t outcap,
+                               size_t *out_len)
 {
     *out_len = 0;
     op_spec sp = spec_of(opcode);
@@ -357,14 +367,24 @@ uint8_t kl_crypto_exec_private(const kl_key *key, uint8_t opcode,
     if (kl_key_get_backend(key) == KL_BACKEND_PKCS11)
         return KL_ERR_INTERNAL; /* token keys run on the blocking class */
     EVP_PKEY *pkey = kl_key_pkey(key);
-    kl_ctx_entry e = {
-        .pkey = pkey, .opcode = opcode, .propq = kl_key_propq(key)};
+    const char *propq = kl_key_propq(key);
+    kl_ctx_entry *e = keep;
+    if (keep->pkey != pkey || keep->opcode != opcode || keep->propq != propq) {
+        /* a reference: a reload cannot reuse the address for another key
+         * while this context names it (as the context cache does) */
+        kl_crypto_private_free(keep);
+        if (EVP_PKEY_up_ref(pkey) != 1)
+            return KL_ERR_INTERNAL;
+        *keep = (kl_ctx_entry){.pkey = pkey, .opcode = opcode, .propq = propq};
+        if (!setup(keep)) {
+            kl_crypto_private_free(keep);
+            e = NULL;
+        }
+    }
     bool broken = false;
-    err = run_evp(setup(&e) ? &e : NULL, pkey, sp, payload, plen, out, outcap,
-                  out_len, &broken);
-    EVP_PKEY_CTX_free(e.pctx);
-    EVP_MD_CTX_free(e.mctx);
-    OPENSSL_free(e.modulus);
+    err = run_evp(e, pkey, sp, payload, plen, out, outcap, out_len, &broken);
+    if (broken)
+        kl_crypto_private_free(keep);
     ERR_clear_error();
     return err;
 }
