@@ -277,16 +277,14 @@ void kl_fleet_member_status_get(kl_fleet_member *m, kl_fleet_member_status *s)
     pthread_mutex_unlock(&m->mu);
 }
 
-void kl_fleet_member_stop(kl_fleet_member *m)
+static void finish(kl_fleet_member *m, bool revoke)
 {
-    if (!m)
-        return;
     pthread_mutex_lock(&m->mu);
     m->stop = true;
     pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
     pthread_join(m->thread, NULL);
-    if (m->st.lease) {
+    if (revoke && m->st.lease) {
         char err[512] = "";
         kl_status s =
             kl_etcd_lease_revoke(m->etcd, m->st.lease, err, sizeof err);
@@ -302,4 +300,16 @@ void kl_fleet_member_stop(kl_fleet_member *m)
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
     free(m);
+}
+
+void kl_fleet_member_stop(kl_fleet_member *m)
+{
+    if (m)
+        finish(m, true);
+}
+
+void kl_fleet_member_abandon(kl_fleet_member *m)
+{
+    if (m)
+        finish(m, false);
 }

@@ -61,6 +61,10 @@ void kl_fleet_member_status_get(kl_fleet_member *m, kl_fleet_member_status *s);
 /* Stops the thread and revokes the lease (the record goes at once);
  * bounded by one etcd call's timeout. */
 void kl_fleet_member_stop(kl_fleet_member *m);
+/* Stops the thread without revoking: what a crash leaves behind (the
+ * record goes when the lease expires). For a process about to be
+ * replaced in place, and for tests of a server's death. */
+void kl_fleet_member_abandon(kl_fleet_member *m);
 const char *kl_fleet_member_state_name(kl_fleet_member_state s);
 
 #endif

@@ -43,7 +43,9 @@
 typedef struct kl_router kl_router;
 
 typedef struct kl_router_opts {
-    const char *table_file; /* YAML routing table (required) */
+    /* YAML routing table; NULL: tables come from kl_router_install_table
+     * (the fleet directory), the router starts with an empty one */
+    const char *table_file;
     /* the router's client identity toward remote key servers (P1) */
     const char *cert_file, *key_file;
     const char *ca_file;         /* CA the remotes must chain to (required) */
@@ -145,6 +147,15 @@ bool kl_router_has_key(kl_router *r, const uint8_t ski[KL_SKI_LEN]);
  * request after it finds the new routes). On error the previous table
  * stays and err says why. Blocking (DNS), so not for a shard thread. */
 KL_WUR kl_status kl_router_reload(kl_router *r, char *err, size_t errlen);
+
+/* Installs a table built elsewhere (router/table_fleet.c, from the fleet
+ * directory) exactly as a file reload does: remotes that stay keep their
+ * connections and latency history, new ones are probed at once, departed
+ * ones drain. Takes t (freed on failure too); returns once it is in
+ * effect. KL_E_CONFIG when the router has a table file. Not for the
+ * router thread. */
+struct kl_rt_table;
+KL_WUR kl_status kl_router_install_table(kl_router *r, struct kl_rt_table *t);
 
 /* Per remote, for metrics and tests. */
 typedef struct kl_remote_stats {
