@@ -646,6 +646,7 @@ static const kl_option options[] = {
 
 /* ---- geo routing: its rows live in options_router.inc ---- */
 #include "config/options_router.inc"
+#include "config/options_fleet.inc"
 
     /* ---- modes ---- */
     {.name = "check",

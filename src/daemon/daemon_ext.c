@@ -13,6 +13,7 @@
 #include "router/table.h"
 #include "daemon/daemon.h"
 #include "daemon/daemon_ext.h"
+#include "daemon/daemon_fleet.h"
 #include "tls/certcheck.h"
 
 static int ms(uint64_t ns)
@@ -86,6 +87,7 @@ static void count_report(void *arg, int level, const char *msg)
 
 void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
 {
+    kl_dfleet_check(cfg, p);
     if (!cfg->router_table || !*cfg->router_table)
         return;
     kl_rt_table *t = NULL;
@@ -152,6 +154,31 @@ static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
             cfg->tracing_endpoint, cfg->tracing_sample_rate);
 }
 
+/* Registration, and the directory when router is set (daemon_fleet.h). */
+static bool start_fleet(kl_daemon_ext *x, const kl_config *cfg,
+                        kl_router *router)
+{
+    bool ok;
+    x->fleet = kl_dfleet_start(cfg, router, &ok);
+    return ok;
+}
+
+/* A fleet without router_table: the router's tables come from the
+ * directory (docs/FLEET.md "Routing from the directory"). */
+static bool start_fleet_router(kl_daemon_ext *x, const kl_config *cfg)
+{
+    kl_router_opts o = router_opts(cfg);
+    o.table_file = NULL;
+    o.tracer = x->tracer;
+    char err[1024];
+    if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
+        kl_error("fleet: router: %s; not starting", err);
+        x->router = NULL;
+        return false;
+    }
+    return start_fleet(x, cfg, x->router);
+}
+
 bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
 {
     memset(x, 0, sizeof *x);
@@ -168,8 +195,10 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
     }
     if (cfg->tracing_enabled)
         start_tracing(x, cfg);
+    if (kl_dfleet_routes(cfg))
+        return start_fleet_router(x, cfg);
     if (!cfg->router_table || !*cfg->router_table)
-        return true;
+        return start_fleet(x, cfg, NULL);
     /* the table and the router's certificate, as --check reports them */
     kl_problems p = {0};
     kl_ext_check_router(cfg, &p);
@@ -188,7 +217,7 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
     }
     kl_info("geo routing: table %s, hop limit %d, %d attempts per request",
             cfg->router_table, cfg->router_max_hops, cfg->router_max_attempts);
-    return true;
+    return start_fleet(x, cfg, NULL);
 }
 
 /* How many of the routing table's remotes answer their pings (n: how many
@@ -276,6 +305,7 @@ static void on_scrape(kl_metrics *m, void *arg)
             kl_metrics_set_queue_depth(
                 m, c, kl_pool_queued(x->pool, (kl_cost_class)c));
     kl_metrics_set_keys_loaded(m, atomic_load(&x->keys));
+    kl_dfleet_scrape(x->fleet, m);
     /* per upstream route, and the trace exporter */
     if (x->router) {
         kl_remote_stats st[64];
@@ -404,6 +434,7 @@ void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
 void kl_ext_draining(kl_daemon_ext *x)
 {
     atomic_store(&x->draining, true);
+    kl_dfleet_draining(x->fleet);
 }
 
 void kl_ext_stop(kl_daemon_ext *x)
@@ -411,6 +442,8 @@ void kl_ext_stop(kl_daemon_ext *x)
     kl_metrics_http_stop(x->http);
     x->http = NULL;
     x->pool = NULL;
+    kl_dfleet_stop(x->fleet); /* its feed installs into the router */
+    x->fleet = NULL;
     if (x->router) {
         kl_router_stats st;
         kl_router_get_stats(x->router, &st);

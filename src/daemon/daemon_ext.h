@@ -35,7 +35,8 @@ typedef struct kl_daemon_ext {
     _Atomic uint64_t keys; /* keys loaded, for /ready */
     /* the certificate files exported as certificate_expiration_* */
     char *cert_src[3];
-    bool identities; /* metrics_identities at start (restart-only) */
+    bool identities;         /* metrics_identities at start (restart-only) */
+    struct kl_dfleet *fleet; /* NULL: no fleet (daemon_fleet.h) */
 } kl_daemon_ext;
 
 /* Creates the metrics object (metrics_port set) and the router
