@@ -8,7 +8,10 @@
  * - compaction past the watch's revision (the watch cut off while its
  *   thread was busy, changes made and compacted meanwhile): a full
  *   re-read, and the view has every change, none lost;
- * - a directory emptied of servers is not handed over once it had some. */
+ * - a directory emptied of servers is not handed over once it had some;
+ * - etcd frozen (SIGSTOP: its connections stay open, the watch does not
+ *   end): out of sync within the liveness read's period and timeout,
+ *   in sync again after SIGCONT, and a change made then arrives. */
 #include <pthread.h>
 #include <signal.h>
 
@@ -267,11 +270,49 @@ static void test_compaction_and_empty(void **state)
     kl_fleet_dir_stop(d);
 }
 
+static void wait_sync(kl_fleet_dir *d, bool want, int ms, double *took)
+{
+    double t0 = td_now_ms();
+    kl_fleet_dir_status st;
+    do {
+        kl_fleet_dir_status_get(d, &st);
+        if (st.in_sync == want) {
+            *took = td_now_ms() - t0;
+            return;
+        }
+        ec_sleep_ms(20);
+    } while (td_now_ms() - t0 < ms);
+    fail_msg("directory in_sync still %d after %d ms", st.in_sync, ms);
+}
+
+static void test_frozen_etcd(void **state)
+{
+    (void)state;
+    kl_fleet_dir *d = start_dir();
+    wait_servers("z", 3000);
+    double took;
+    wait_sync(d, true, 3000, &took);
+    kill(cluster.m[0].pid, SIGSTOP);
+    /* a read every 300 ms, each bounded by the client's 3 s timeout */
+    wait_sync(d, false, 6000, &took);
+    fprintf(stderr, "etcd frozen: out of sync after %.0f ms\n", took);
+    kl_fleet_dir_status st;
+    kl_fleet_dir_status_get(d, &st);
+    assert_true(st.sync_age_ms > 0);
+    kill(cluster.m[0].pid, SIGCONT);
+    wait_sync(d, true, 8000, &took);
+    fprintf(stderr, "etcd thawed: in sync after %.0f ms\n", took);
+    put_server("w");
+    wait_servers("w z", 3000);
+    kl_fleet_dir_stop(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_views),
         cmocka_unit_test(test_compaction_and_empty),
+        cmocka_unit_test(test_frozen_etcd),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -10,7 +10,8 @@
  * - death: a remote killed (SIGKILL) under load and its lease left to
  *   expire: the router drops it within the TTL (+ 1 s for the watch and
  *   the debounce) and no request fails while another remote serves;
- * - etcd killed under load for 6 s: 0 failed requests, the table kept,
+ * - etcd killed under load for 6 s (KL_FLEET_OUTAGE_SECONDS; `make
+ *   fleet-outage` runs the issue's 30 s): 0 failed requests, the table kept,
  *   the directory out of sync meanwhile (the sync age grows); etcd back:
  *   in sync, registration renewed, and a change made after is routed. */
 #include "fleet_common.h"
@@ -131,18 +132,20 @@ static void test_join_death_outage(void **state)
     assert_int_equal(failed, 0);
     assert_int_equal(rh_sent(r, "dcc"), sent_c_gone); /* not chosen after */
 
-    /* etcd down for 6 s under load */
+    /* etcd down under load: 6 s in the suite */
+    const char *env = getenv("KL_FLEET_OUTAGE_SECONDS");
+    int outage_ms = env && atoi(env) > 0 ? atoi(env) * 1000 : 6000;
     kl_fleet_dir_status ds;
     uint64_t installs = kl_rt_fleet_feed_installs(f);
     fc_load_start(&load, r, ski, -1);
     ec_sleep_ms(200);
     te_kill(&cluster, 0, SIGKILL);
-    ec_sleep_ms(6000);
+    ec_sleep_ms(outage_ms);
     kl_rt_fleet_feed_status(f, &ds);
     fprintf(stderr, "outage: in sync %d, sync age %llu ms\n", ds.in_sync,
             (unsigned long long)ds.sync_age_ms);
     assert_false(ds.in_sync);
-    assert_true(ds.sync_age_ms >= 4000);
+    assert_true(ds.sync_age_ms >= (uint64_t)outage_ms - 2000);
     assert_int_equal(kl_rt_fleet_feed_installs(f), installs); /* kept */
     assert_true(fc_in_table(r, "dca") && fc_in_table(r, "dcb"));
     te_restart(&cluster, 0);
