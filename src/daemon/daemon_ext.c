@@ -85,23 +85,10 @@ static void count_report(void *arg, int level, const char *msg)
     kl_log(level, "%s", msg);
 }
 
-void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
+/* The router's client certificate toward remotes (a table naming
+ * remotes, or the fleet directory's). */
+static void check_router_cert(const kl_config *cfg, kl_problems *p)
 {
-    kl_dfleet_check(cfg, p);
-    if (!cfg->router_table || !*cfg->router_table)
-        return;
-    kl_rt_table *t = NULL;
-    char err[1024];
-    if (kl_rt_table_load(cfg->router_table, check_resolve, (void *)cfg, &t, err,
-                         sizeof err) != KL_OK) {
-        kl_error("router_table: %s", err);
-        p->errors++;
-        return;
-    }
-    size_t remotes = t->nservers;
-    kl_rt_table_free(t);
-    if (remotes == 0)
-        return; /* no remote: the router presents no certificate */
     /* The router's identity toward the remotes must be a TLS client
      * certificate (docs/ROUTING.md, "The router's certificate"). */
     kl_router_opts o = router_opts(cfg);
@@ -129,6 +116,28 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
         .arg = p,
     };
     kl_certcheck_client(&cc);
+}
+
+void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
+{
+    kl_dfleet_check(cfg, p);
+    if (kl_dfleet_routes(cfg))
+        check_router_cert(cfg, p); /* remotes come and go: check it now */
+    if (!cfg->router_table || !*cfg->router_table)
+        return;
+    kl_rt_table *t = NULL;
+    char err[1024];
+    if (kl_rt_table_load(cfg->router_table, check_resolve, (void *)cfg, &t, err,
+                         sizeof err) != KL_OK) {
+        kl_error("router_table: %s", err);
+        p->errors++;
+        return;
+    }
+    size_t remotes = t->nservers;
+    kl_rt_table_free(t);
+    if (remotes == 0)
+        return; /* no remote: the router presents no certificate */
+    check_router_cert(cfg, p);
 }
 
 /* docs/TRACING.md: one span ring per shard. A tracer that
@@ -167,6 +176,13 @@ static bool start_fleet(kl_daemon_ext *x, const kl_config *cfg,
  * directory (docs/FLEET.md "Routing from the directory"). */
 static bool start_fleet_router(kl_daemon_ext *x, const kl_config *cfg)
 {
+    kl_problems p = {0};
+    check_router_cert(cfg, &p); /* the fleet options: kl_dfleet_start */
+    if (p.errors) {
+        kl_error("not starting: fix the router's certificate, then check "
+                 "with keylessd --check");
+        return false;
+    }
     kl_router_opts o = router_opts(cfg);
     o.table_file = NULL;
     o.tracer = x->tracer;

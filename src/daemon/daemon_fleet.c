@@ -60,10 +60,18 @@ bool kl_dfleet_configured(const kl_config *cfg)
     return cfg->fleet_etcd_endpoints && *cfg->fleet_etcd_endpoints;
 }
 
+/* Remote connections only where the role says so: a registered server
+ * of role keys answers for its own keys and forwards nothing; egress and
+ * router servers, and readers that do not register, route. */
 bool kl_dfleet_routes(const kl_config *cfg)
 {
-    return kl_dfleet_configured(cfg) &&
-           !(cfg->router_table && *cfg->router_table);
+    if (!kl_dfleet_configured(cfg) || (cfg->router_table && *cfg->router_table))
+        return false;
+    kl_fleet_role role = KL_FLEET_ROLE_KEYS;
+    return !or_null(cfg->fleet_name) ||
+           (kl_fleet_role_parse(cfg->fleet_role ? cfg->fleet_role : "",
+                                &role) &&
+            role != KL_FLEET_ROLE_KEYS);
 }
 
 static bool wildcard(const char *a)

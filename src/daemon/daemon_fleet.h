@@ -22,8 +22,9 @@ typedef struct kl_dfleet kl_dfleet;
 
 /* fleet_etcd_endpoints is set. */
 bool kl_dfleet_configured(const kl_config *cfg);
-/* The router takes its tables from the directory: a fleet and no
- * router_table. */
+/* The router takes its tables from the directory: a fleet, no
+ * router_table, and this server either not registered or of role egress
+ * or router (a keys server forwards nothing). */
 bool kl_dfleet_routes(const kl_config *cfg);
 /* Checks the fleet options (endpoints, TLS files, this server's record);
  * each problem is one log line naming the option and the fix, counted in

@@ -10,7 +10,10 @@
  *   through A: A drops B within the lease TTL (+ 1 s), and not one client
  *   request fails (C remains);
  * - a clean stop (SIGTERM) removes the record at once (the lease revoked);
- * - --check names each bad fleet option with its fix. */
+ * - only the router (role router) routes: the key servers open no remote
+ *   connections;
+ * - --check names each bad fleet option with its fix, and a router's
+ *   certificate that remotes would refuse. */
 #include "fleet_common.h"
 #include "test_router_server_common.h"
 
@@ -235,6 +238,10 @@ static void test_join_death_stop(void **state)
     wait_present("fa", true, 3000);
     wait_present("fc", true, 3000);
 
+    /* remote connections only where the role says so */
+    assert_int_equal(rs_log_count(&a, "routing from the directory"), 1);
+    assert_int_equal(rs_log_count(&c, "routing from the directory"), 0);
+
     /* a clean stop: the record goes at once */
     assert_int_equal(td_stop(&c, 0), 0);
     assert_false(present("fc"));
@@ -309,6 +316,26 @@ static void test_check(void **state)
     rc = td_run(argv3, &out, 20000);
     assert_int_not_equal(rc, 0);
     ec_expect(out, "fleet_role: \"king\" is not a role");
+    free(out);
+    /* a router's client certificate is checked before any remote is
+     * known: auth_cert (serverAuth only) would be refused by them */
+    const char *argv4[] = {bin,
+                           "--check",
+                           cert,
+                           key,
+                           ca,
+                           kd,
+                           "--metrics-port=0",
+                           endpoints,
+                           "--fleet-name=a",
+                           "--fleet-advertise-host=127.0.0.1",
+                           "--fleet-region=eu",
+                           "--fleet-role=router",
+                           NULL};
+    rc = td_run(argv4, &out, 20000);
+    fprintf(stderr, "%s", out);
+    assert_int_not_equal(rc, 0);
+    ec_expect(out, "clientAuth");
     free(out);
 }
 
