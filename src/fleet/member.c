@@ -25,6 +25,7 @@ struct kl_fleet_member {
     /* under mu */
     kl_fleet_server record;
     bool dirty; /* the record changed: write it */
+    bool kick;  /* kl_fleet_member_update: write it now */
     bool stop;
     bool on_lease; /* the record was written on the current lease */
     kl_fleet_member_status st;
@@ -149,7 +150,10 @@ static int step(kl_fleet_member *m, int *backoff_ms)
     if (s == KL_OK && dirty)
         s = put_record(m, lease, err, sizeof err);
     if (s != KL_OK) {
-        if (lease)
+        pthread_mutex_lock(&m->mu);
+        bool was_on = m->on_lease;
+        pthread_mutex_unlock(&m->mu);
+        if (was_on) /* a record is in etcd, on a lease that may outlive us */
             set_state(m, KL_FLEET_MEMBER_UNREACHABLE, err);
         else if (!m->warned)
             kl_warn("fleet: cannot register %s yet, retrying: %s", m->key, err);
@@ -185,11 +189,14 @@ static void *member_main(void *arg)
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts = kl_ns_to_timespec(kl_timespec_to_ns(&ts) +
                                kl_ms_to_ns((uint64_t)wait_ms));
-        while (!m->stop && !m->dirty && wait_ms > 0)
+        /* an update wakes the thread; a record left dirty by a failed
+         * write waits for the backoff like everything else */
+        while (!m->stop && !m->kick && wait_ms > 0)
             if (pthread_cond_timedwait(&m->cv, &m->mu, &ts) != 0)
                 break;
         if (m->stop)
             break;
+        m->kick = false;
         pthread_mutex_unlock(&m->mu);
         wait_ms = step(m, &backoff_ms);
         pthread_mutex_lock(&m->mu);
@@ -264,6 +271,7 @@ kl_status kl_fleet_member_update(kl_fleet_member *m,
         s = KL_E_BAD_VALUE;
     } else if ((s = copy_record(&m->record, record)) == KL_OK) {
         m->dirty = true;
+        m->kick = true;
         pthread_cond_signal(&m->cv);
     }
     pthread_mutex_unlock(&m->mu);

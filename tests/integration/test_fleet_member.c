@@ -9,6 +9,7 @@
  * stop; bad options are refused with the fix named. */
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -206,7 +207,27 @@ static void test_etcd_outage(void **state)
     wait_state(m, KL_FLEET_MEMBER_REGISTERED, 3000, &st);
     te_kill(&cluster, 0, SIGKILL);
     wait_state(m, KL_FLEET_MEMBER_UNREACHABLE, 3 * TTL_S * 1000, &st);
+    /* an update while etcd is away waits for it with the backoff: no
+     * busy retry (CPU of this process over the outage stays small) */
+    kl_fleet_server up;
+    record(&up, "a-3");
+    up.health = KL_FLEET_HEALTH_DRAINING;
+    char err[512] = "";
+    ec_ok(kl_fleet_member_update(m, &up, err, sizeof err), err);
+    kl_fleet_server_clear(&up);
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
     ec_sleep_ms(2 * TTL_S * 1000); /* longer than the TTL */
+    getrusage(RUSAGE_SELF, &r1);
+    double cpu_ms = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec +
+                             r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) *
+                        1000 +
+                    (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec +
+                             r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) /
+                        1000;
+    fprintf(stderr, "etcd away %d s with an update pending: %.0f ms CPU\n",
+            2 * TTL_S, cpu_ms);
+    assert_true(cpu_ms < 300);
     te_restart(&cluster, 0);
     /* back: the lease renewed (etcd extends leases on a new leader) or,
      * if it expired, a new one; the record is there either way */
@@ -214,7 +235,15 @@ static void test_etcd_outage(void **state)
     wait_record("a-3", true, 2000);
     kl_fleet_server s;
     int64_t lease;
+    double until = td_now_ms() + 2000;
+    kl_fleet_health h;
+    do { /* the update pending since the outage is written */
+        assert_true(read_record("a-3", &s, &lease));
+        h = s.health;
+        kl_fleet_server_clear(&s);
+    } while (h != KL_FLEET_HEALTH_DRAINING && td_now_ms() < until);
     assert_true(read_record("a-3", &s, &lease));
+    assert_int_equal(s.health, KL_FLEET_HEALTH_DRAINING);
     kl_fleet_server_clear(&s);
     kl_fleet_member_status_get(m, &st);
     assert_int_equal(lease, st.lease);
