@@ -213,7 +213,19 @@ static void liveness(kl_fleet_dir *d)
     kl_etcd_page pg = {0};
     kl_status st = kl_etcd_range(d->etcd, d->dirkey, strlen(d->dirkey), NULL, 0,
                                  1, 0, &pg, err, sizeof err);
+    int64_t rev = pg.revision;
     kl_etcd_page_clear(&pg);
+    int64_t seen = kl_etcd_watch_next_revision(d->w) - 1;
+    if (st == KL_OK && rev < seen) {
+        /* the store went back (etcd restored or replaced): a watch from
+         * our revision would wait for revisions it may never see */
+        kl_warn("fleet: directory: etcd's revision %" PRId64 " is below "
+                "the %" PRId64 " already seen (etcd restored or replaced?); "
+                "reading the whole directory again",
+                rev, seen);
+        d->need_snapshot = true;
+        return;
+    }
     if (st == KL_OK && kl_etcd_watch_connected(d->w))
         set_sync(d, true, NULL);
     else if (st != KL_OK) {

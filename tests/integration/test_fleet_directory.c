@@ -11,7 +11,9 @@
  * - a directory emptied of servers is not handed over once it had some;
  * - etcd frozen (SIGSTOP: its connections stay open, the watch does not
  *   end): out of sync within the liveness read's period and timeout,
- *   in sync again after SIGCONT, and a change made then arrives. */
+ *   in sync again after SIGCONT, and a change made then arrives;
+ * - etcd replaced by an empty store (its revision back to 1): the empty
+ *   directory is not handed over, and the new store's changes arrive. */
 #include <pthread.h>
 #include <signal.h>
 
@@ -304,6 +306,21 @@ static void test_frozen_etcd(void **state)
     fprintf(stderr, "etcd thawed: in sync after %.0f ms\n", took);
     put_server("w");
     wait_servers("w z", 3000);
+
+    /* etcd replaced by an empty one on the same address (revision back
+     * to 1): the empty directory is not handed over, and what is written
+     * to the new store is seen - not waited for at the old revision */
+    te_kill(&cluster, 0, SIGKILL);
+    char data[1200];
+    snprintf(data, sizeof data, "%s/%s.data", cluster.dir, cluster.m[0].name);
+    tp_rmtree(strdup(data)); /* it frees the path */
+    te_restart(&cluster, 0);
+    kl_etcd_free(cl);
+    cl = ec_client(&cluster, 3000);
+    ec_sleep_ms(1000);
+    assert_string_equal(R.servers, "w z");
+    put_server("fresh");
+    wait_servers("fresh", 5000);
     kl_fleet_dir_stop(d);
 }
 
