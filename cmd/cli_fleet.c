@@ -134,7 +134,7 @@ static json_t *set_json(const char *name, const kl_fleet_set_meta *m)
 
 /* One key of dir/ into the two arrays; a bad one into "skipped". */
 static void add_kv(const fopts *o, const kl_etcd_kv *kv, json_t *servers,
-                   json_t *sets, json_t *skipped, time_t now)
+                   json_t *sets, json_t *codes, json_t *skipped, time_t now)
 {
     char name[KL_FLEET_NAME_MAX + 1], err[256] = "";
     kl_fleet_key_kind k =
@@ -155,13 +155,27 @@ static void add_kv(const fopts *o, const kl_etcd_kv *kv, json_t *servers,
             kl_fleet_set_meta_clear(&m);
             return;
         }
+    } else if (k == KL_FLEET_KEY_REGIONS) {
+        kl_fleet_regions *r = malloc(sizeof *r);
+        bool ok = r && kl_fleet_regions_parse(kv->value, kv->value_len, r, err,
+                                              sizeof err) == KL_OK;
+        for (int b = 1; ok && b < 256; b++)
+            if (r->name[b][0]) {
+                char kb[4];
+                snprintf(kb, sizeof kb, "%d", b);
+                json_object_set_new(codes, kb, json_string(r->name[b]));
+            }
+        free(r);
+        if (ok)
+            return;
     } else
         return;
     json_array_append_new(skipped, json_sprintf("%.*s: %s", (int)kv->key_len,
                                                 (const char *)kv->key, err));
 }
 
-static void print_table(json_t *servers, json_t *sets, json_t *skipped)
+static void print_table(json_t *servers, json_t *sets, json_t *codes,
+                        json_t *skipped)
 {
     printf("%-20s %-14s %-7s %-9s %-22s %8s  %s\n", "SERVER", "REGION", "ROLE",
            "HEALTH", "ADDRESS", "UP", "SETS");
@@ -207,6 +221,12 @@ static void print_table(json_t *servers, json_t *sets, json_t *skipped)
                (long long)json_integer_value(json_object_get(s, "keys")),
                (long long)json_integer_value(json_object_get(s, "chunks")), rl);
     }
+    const char *b;
+    json_t *r;
+    if (json_object_size(codes))
+        printf("\nREGION CODES (tag 0x17)\n");
+    json_object_foreach(codes, b, r)
+        printf("  %s = %s\n", b, json_string_value(r));
     json_array_foreach(skipped, i, s)
         printf("skipped %s\n", json_string_value(s));
 }
@@ -221,7 +241,7 @@ static int cmd_list(const fopts *o)
     if (kl_fleet_key_dir(o->prefix, dir, sizeof dir) != KL_OK)
         return fusage("--prefix %s is too long", o->prefix);
     json_t *servers = json_array(), *sets = json_array(),
-           *skipped = json_array();
+           *codes = json_object(), *skipped = json_array();
     kl_etcd_page pg = {0};
     uint8_t *after = NULL;
     size_t after_len = 0;
@@ -240,7 +260,7 @@ static int cmd_list(const fopts *o)
         }
         at = at ? at : pg.revision;
         for (size_t i = 0; i < pg.n; i++)
-            add_kv(o, &pg.kvs[i], servers, sets, skipped, now);
+            add_kv(o, &pg.kvs[i], servers, sets, codes, skipped, now);
         bool more = pg.more && pg.n > 0;
         if (more) {
             after_len = pg.kvs[pg.n - 1].key_len;
@@ -254,14 +274,16 @@ static int cmd_list(const fopts *o)
     if (rc == F_OK) {
         if (o->json) {
             json_t *all =
-                json_pack("{s:I,s:O,s:O,s:O}", "revision", (json_int_t)at,
-                          "servers", servers, "sets", sets, "skipped", skipped);
+                json_pack("{s:I,s:O,s:O,s:O,s:O}", "revision", (json_int_t)at,
+                          "servers", servers, "sets", sets, "region_codes",
+                          codes, "skipped", skipped);
             json_dumpf(all, stdout, JSON_INDENT(2));
             putchar('\n');
             json_decref(all);
         } else
-            print_table(servers, sets, skipped);
+            print_table(servers, sets, codes, skipped);
     }
+    json_decref(codes);
     json_decref(servers);
     json_decref(sets);
     json_decref(skipped);

@@ -2,8 +2,8 @@
 /* libFuzzer target for the fleet directory's records (fleet/record.h):
  * values any server or operator can write under the fleet prefix, read by
  * every router. Input: one byte choosing the parser (server record, set
- * meta, key name), then the bytes. Checked: a failure leaves nothing
- * allocated and a terminated message; a success gives a record that
+ * meta, key name, region codes), then the bytes. Checked: a failure leaves
+ * nothing allocated and a terminated message; a success gives a record that
  * passes kl_fleet_server_check and encodes to JSON that parses back to
  * the same fields (set meta: the same generation, count and digest). */
 #include <stdint.h>
@@ -65,11 +65,31 @@ static void meta(const uint8_t *d, size_t n)
     kl_fleet_set_meta_clear(&m);
 }
 
+static void regions(const uint8_t *d, size_t n)
+{
+    kl_fleet_regions r, again;
+    char err[256];
+    if (kl_fleet_regions_parse(d, n, &r, err, sizeof err) != KL_OK) {
+        CHECK(strnlen(err, sizeof err) < sizeof err);
+        return;
+    }
+    CHECK(r.name[0][0] == 0);
+    char *json;
+    size_t len;
+    CHECK(kl_fleet_regions_encode(&r, &json, &len) == KL_OK);
+    CHECK(kl_fleet_regions_parse((const uint8_t *)json, len, &again, err,
+                                 sizeof err) == KL_OK);
+    CHECK(!memcmp(&r, &again, sizeof r));
+    free(json);
+}
+
 static void key(const uint8_t *d, size_t n)
 {
     char name[KL_FLEET_NAME_MAX + 1];
     kl_fleet_key_kind k = kl_fleet_key_parse("/keyless/", d, n, name);
-    if (k != KL_FLEET_KEY_OTHER)
+    if (k == KL_FLEET_KEY_REGIONS)
+        CHECK(name[0] == 0); /* one key, no name */
+    else if (k != KL_FLEET_KEY_OTHER)
         CHECK(kl_fleet_name_ok(name, strlen(name)));
 }
 
@@ -77,9 +97,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
     case 0: server(data + 1, size - 1); break;
     case 1: meta(data + 1, size - 1); break;
+    case 3: regions(data + 1, size - 1); break;
     default: key(data + 1, size - 1);
     }
     return 0;

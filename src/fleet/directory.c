@@ -195,6 +195,7 @@ static void deliver(kl_fleet_dir *d)
                        .nservers = d->s.nsrv,
                        .sets = sets,
                        .nsets = d->s.nsets,
+                       .regions = d->s.regions,
                        .revision = d->st.revision};
     d->st.views++;
     d->st.nservers = d->s.nsrv;

@@ -38,7 +38,8 @@ typedef struct kl_fleet_view {
     size_t nservers;
     const kl_fleet_set *sets; /* sorted by name */
     size_t nsets;
-    int64_t revision; /* the etcd revision the view is at */
+    const kl_fleet_regions *regions; /* dir/regions; NULL: none */
+    int64_t revision;                /* the etcd revision the view is at */
 } kl_fleet_view;
 
 /* Runs on the directory's thread. */

@@ -19,6 +19,7 @@ typedef struct kl_fdir_state {
     size_t nsrv, srv_cap;
     kl_fdir_set *sets;
     size_t nsets, sets_cap;
+    kl_fleet_regions *regions; /* dir/regions; NULL: none */
 } kl_fdir_state;
 
 void kl_fdir_state_clear(kl_fdir_state *s);

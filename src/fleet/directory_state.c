@@ -22,6 +22,7 @@ void kl_fdir_state_clear(kl_fdir_state *s)
     }
     free(s->srv);
     free(s->sets);
+    free(s->regions);
     memset(s, 0, sizeof *s);
 }
 
@@ -265,6 +266,31 @@ kl_status kl_fdir_set_put(kl_fdir_state *s, const kl_fdir_state *old,
     return KL_OK;
 }
 
+/* dir/regions written or deleted; a bad one keeps the codes held. */
+static kl_status regions_put(kl_fdir_state *s, bool del, const uint8_t *v,
+                             size_t len)
+{
+    if (del) {
+        free(s->regions);
+        s->regions = NULL;
+        return KL_OK;
+    }
+    kl_fleet_regions *r = malloc(sizeof *r);
+    if (!r)
+        return KL_E_NOMEM;
+    char err[256];
+    if (kl_fleet_regions_parse(v, len, r, err, sizeof err) != KL_OK) {
+        kl_warn("fleet: directory: region codes skipped, the codes held "
+                "stay: %s",
+                err);
+        free(r);
+        return KL_OK;
+    }
+    free(s->regions);
+    s->regions = r;
+    return KL_OK;
+}
+
 kl_status kl_fdir_apply(kl_fdir_state *s, const kl_fdir_state *old, kl_etcd *c,
                         const char *prefix, const uint8_t *key, size_t key_len,
                         const uint8_t *v, size_t len, bool del,
@@ -287,6 +313,9 @@ kl_status kl_fdir_apply(kl_fdir_state *s, const kl_fdir_state *old, kl_etcd *c,
             return KL_OK;
         }
         return kl_fdir_set_put(s, old, c, prefix, name, v, len, mod_revision);
+    case KL_FLEET_KEY_REGIONS:
+        *changed = true;
+        return regions_put(s, del, v, len);
     default: return KL_OK; /* not ours (a newer layout's key) */
     }
 }

@@ -72,6 +72,12 @@ typedef struct kl_fleet_set_meta {
     size_t nregions;
 } kl_fleet_set_meta;
 
+/* The compliance-region bytes of tag 0x17 (protocol P9) mapped to region
+ * names, as the table file's region_codes: "" for an unmapped byte. */
+typedef struct kl_fleet_regions {
+    char name[256][KL_FLEET_NAME_MAX + 1];
+} kl_fleet_regions;
+
 /* Names: 1..64 of letters, digits, '.', '_' and '-', not starting with
  * '.' (so a name is one path element and never "." or ".."). */
 bool kl_fleet_name_ok(const char *s, size_t len);
@@ -103,6 +109,14 @@ kl_status kl_fleet_set_meta_encode(const kl_fleet_set_meta *m, char **out,
 kl_status kl_fleet_set_meta_parse(const uint8_t *json, size_t len,
                                   kl_fleet_set_meta *out, char *err,
                                   size_t errlen) KL_WUR;
+/* <prefix>dir/regions: {"v":1,"codes":{"2":"eu","3":"us"}}, bytes 1-255
+ * in decimal, at most one name each. */
+kl_status kl_fleet_regions_encode(const kl_fleet_regions *r, char **out,
+                                  size_t *len) KL_WUR;
+kl_status kl_fleet_regions_parse(const uint8_t *json, size_t len,
+                                 kl_fleet_regions *out, char *err,
+                                 size_t errlen) KL_WUR;
+
 /* Checks a set's SKIs (n x 20 bytes, the chunks concatenated) against its
  * meta: the count, strictly ascending order and the digest. */
 kl_status kl_fleet_set_verify(const kl_fleet_set_meta *m, const uint8_t *skis,
@@ -111,10 +125,11 @@ kl_status kl_fleet_set_verify(const kl_fleet_set_meta *m, const uint8_t *skis,
 /* ---- key names under the prefix ---------------------------------------- */
 
 typedef enum kl_fleet_key_kind {
-    KL_FLEET_KEY_OTHER,  /* not ours: ignored (a newer layout's) */
-    KL_FLEET_KEY_SERVER, /* <prefix>dir/servers/<name> */
-    KL_FLEET_KEY_SET,    /* <prefix>dir/sets/<set> */
-    KL_FLEET_KEY_CHUNK,  /* <prefix>skis/<set>/<generation>/<chunk> */
+    KL_FLEET_KEY_OTHER,   /* not ours: ignored (a newer layout's) */
+    KL_FLEET_KEY_SERVER,  /* <prefix>dir/servers/<name> */
+    KL_FLEET_KEY_SET,     /* <prefix>dir/sets/<set> */
+    KL_FLEET_KEY_CHUNK,   /* <prefix>skis/<set>/<generation>/<chunk> */
+    KL_FLEET_KEY_REGIONS, /* <prefix>dir/regions */
 } kl_fleet_key_kind;
 
 /* Writes the key into buf (NUL-terminated); KL_E_TOO_LARGE when it does
@@ -125,6 +140,8 @@ kl_status kl_fleet_key_set(const char *prefix, const char *set, char *buf,
                            size_t cap) KL_WUR;
 kl_status kl_fleet_key_chunk(const char *prefix, const char *set, int64_t gen,
                              uint32_t chunk, char *buf, size_t cap) KL_WUR;
+kl_status kl_fleet_key_regions(const char *prefix, char *buf,
+                               size_t cap) KL_WUR;
 /* What the routers watch and read (every record and meta, no SKIs). */
 kl_status kl_fleet_key_dir(const char *prefix, char *buf, size_t cap) KL_WUR;
 /* Every chunk of one set's generation (gen 0: of every generation). */

@@ -192,6 +192,83 @@ kl_status kl_fleet_set_verify(const kl_fleet_set_meta *m, const uint8_t *skis,
     return KL_OK;
 }
 
+/* ---- compliance-region codes ----------------------------------------- */
+
+kl_status kl_fleet_regions_encode(const kl_fleet_regions *r, char **out,
+                                  size_t *len)
+{
+    json_t *o = json_object(), *codes = json_object();
+    bool ok = o && codes &&
+              !json_object_set_new(o, "v", json_integer(KL_FLEET_FORMAT));
+    for (int b = 1; ok && b < 256; b++) {
+        if (!r->name[b][0])
+            continue;
+        char k[4];
+        snprintf(k, sizeof k, "%d", b);
+        ok = !json_object_set_new(codes, k, json_string(r->name[b]));
+    }
+    ok = ok && !json_object_set(o, "codes", codes);
+    char *text = ok ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(codes);
+    json_decref(o);
+    if (!text)
+        return KL_E_NOMEM;
+    *out = text;
+    *len = strlen(text);
+    return KL_OK;
+}
+
+/* "1".."255" in decimal, no sign or leading zero: one spelling a byte. */
+static int code_byte(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > 3 || k[0] == '0')
+        return -1;
+    int v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k[i] < '0' || k[i] > '9')
+            return -1;
+        v = v * 10 + (k[i] - '0');
+    }
+    return v <= 255 ? v : -1;
+}
+
+kl_status kl_fleet_regions_parse(const uint8_t *json, size_t len,
+                                 kl_fleet_regions *out, char *err,
+                                 size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    json_t *o;
+    KL_GUARD(kl_fleet_json_load(json, len, "region codes", &o, err, errlen));
+    json_t *codes = json_object_get(o, "codes");
+    const char *k;
+    json_t *v;
+    const char *bad = json_is_object(codes) ? NULL : "codes";
+    if (!bad)
+        json_object_foreach(codes, k, v)
+        {
+            int b = code_byte(k);
+            if (b < 0 || !json_is_string(v) ||
+                !kl_fleet_name_ok(json_string_value(v),
+                                  json_string_length(v))) {
+                bad = k;
+                break;
+            }
+            memcpy(out->name[b], json_string_value(v), json_string_length(v));
+        }
+    if (bad)
+        kl_errf(err, errlen,
+                "region codes: bad \"%.40s\" (\"codes\" maps bytes 1-255, "
+                "in decimal, to region names)",
+                bad);
+    json_decref(o);
+    if (bad) {
+        memset(out, 0, sizeof *out);
+        return KL_E_BAD_VALUE;
+    }
+    return KL_OK;
+}
+
 /* ---- key names ------------------------------------------------------ */
 
 static kl_status fmt(char *buf, size_t cap, int n)
@@ -219,6 +296,11 @@ kl_status kl_fleet_key_chunk(const char *prefix, const char *set, int64_t gen,
     return fmt(buf, cap,
                snprintf(buf, cap, "%sskis/%s/%" PRId64 "/%08" PRIu32, prefix,
                         set, gen, chunk));
+}
+
+kl_status kl_fleet_key_regions(const char *prefix, char *buf, size_t cap)
+{
+    return fmt(buf, cap, snprintf(buf, cap, "%sdir/regions", prefix));
 }
 
 kl_status kl_fleet_key_dir(const char *prefix, char *buf, size_t cap)
@@ -257,6 +339,9 @@ kl_fleet_key_kind kl_fleet_key_parse(const char *prefix, const uint8_t *key,
 {
     char head[512];
     name[0] = 0;
+    if (kl_fleet_key_regions(prefix, head, sizeof head) == KL_OK &&
+        len == strlen(head) && !memcmp(key, head, len))
+        return KL_FLEET_KEY_REGIONS;
     if (kl_fleet_key_server(prefix, "", head, sizeof head) == KL_OK &&
         tail_name(key, len, head, strlen(head), name))
         return KL_FLEET_KEY_SERVER;

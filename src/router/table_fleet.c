@@ -160,8 +160,13 @@ kl_status kl_rt_table_from_fleet(const kl_fleet_view *v, const char *self,
         KL_GUARD(build_index(cache, v, err, errlen));
     kl_rt_table *t = calloc(1, sizeof *t);
     KL_ENSURE(t != NULL, KL_E_NOMEM);
-    /* protocol P9: 0x01 is FedRAMP High (the directory maps no others) */
+    /* protocol P9: 0x01 is FedRAMP High unless dir/regions says otherwise,
+     * as in the table file's region_codes */
     snprintf(t->region_of[1], KL_RT_NAME_MAX + 1, "fedramp-high");
+    for (int b = 1; v->regions && b < 256; b++)
+        if (v->regions->name[b][0])
+            snprintf(t->region_of[b], KL_RT_NAME_MAX + 1, "%s",
+                     v->regions->name[b]);
     __atomic_add_fetch(&cache->idx->refs, 1, __ATOMIC_ACQ_REL);
     t->idx = cache->idx;
     if (build_members(t, v, self) != KL_OK) {

@@ -148,6 +148,13 @@ static void test_publish_and_list(void **state)
         kl_fleet_member_status_get(mem, &ms);
     while (ms.state != KL_FLEET_MEMBER_REGISTERED && td_now_ms() < until);
 
+    char rkey[64];
+    assert_int_equal(kl_fleet_key_regions("/c/", rkey, sizeof rkey), KL_OK);
+    static const char codes[] = "{\"v\":1,\"codes\":{\"2\":\"eu\"}}";
+    ec_ok(kl_etcd_put(cl, rkey, strlen(rkey), codes, sizeof codes - 1, 0, NULL,
+                      err, sizeof err),
+          err);
+
     const char *j[] = {"-json", NULL};
     assert_int_equal(run(j, &out), 0);
     json_error_t je;
@@ -162,12 +169,16 @@ static void test_publish_and_list(void **state)
     json_t *set = json_array_get(json_object_get(doc, "sets"), 0);
     assert_int_equal(json_integer_value(json_object_get(set, "keys")), 4);
     assert_int_equal(json_integer_value(json_object_get(set, "generation")), 2);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(doc, "region_codes"), "2")),
+                        "eu");
     json_decref(doc);
     free(out);
     const char *t[] = {NULL};
     assert_int_equal(run(t, &out), 0);
     ec_expect(out, "sfo-01");
     ec_expect(out, "eu,us");
+    ec_expect(out, "2 = eu");
     free(out);
     kl_fleet_member_stop(mem);
 

@@ -37,6 +37,7 @@ typedef struct rec {
     size_t nservers;
     int64_t set_gen, set_keys;
     uint8_t first_ski[20];
+    char code2[KL_FLEET_NAME_MAX + 1]; /* dir/regions' byte 2 */
 } rec;
 
 static rec R = {.mu = PTHREAD_MUTEX_INITIALIZER,
@@ -57,6 +58,8 @@ static void on_view(void *arg, const kl_fleet_view *v)
     R.set_keys = v->nsets ? v->sets[0].meta.keys : 0;
     if (v->nsets && v->sets[0].meta.keys)
         memcpy(R.first_ski, v->sets[0].skis, 20);
+    snprintf(R.code2, sizeof R.code2, "%s",
+             v->regions ? v->regions->name[2] : "");
     R.held = R.hold;
     pthread_cond_broadcast(&R.cv);
     while (R.hold)
@@ -176,6 +179,32 @@ static void test_views(void **state)
         del_key(name);
     }
     wait_servers("a b", 3000);
+
+    /* region codes: taken; a bad version keeps them; deleted: gone */
+    char rkey[128];
+    assert_int_equal(kl_fleet_key_regions(PFX, rkey, sizeof rkey), KL_OK);
+    static const char codes[] = "{\"v\":1,\"codes\":{\"2\":\"eu\"}}";
+    char e1[512] = "";
+    ec_ok(kl_etcd_put(cl, rkey, strlen(rkey), codes, sizeof codes - 1, 0, NULL,
+                      e1, sizeof e1),
+          e1);
+    double until = td_now_ms() + 3000;
+    while (strcmp(R.code2, "eu") != 0 && td_now_ms() < until)
+        ec_sleep_ms(10);
+    assert_string_equal(R.code2, "eu");
+    static const char bad_codes[] = "{\"v\":1,\"codes\":{\"0\":1}}";
+    ec_ok(kl_etcd_put(cl, rkey, strlen(rkey), bad_codes, sizeof bad_codes - 1,
+                      0, NULL, e1, sizeof e1),
+          e1);
+    put_server("r");
+    wait_servers("a b r", 3000);
+    assert_string_equal(R.code2, "eu");
+    ec_ok(kl_etcd_delete(cl, rkey, strlen(rkey), false, NULL, NULL, e1,
+                         sizeof e1),
+          e1);
+    del_key("r");
+    wait_servers("a b", 3000);
+    assert_string_equal(R.code2, "");
 
     /* a record that does not parse: skipped, the others stay */
     char key[128], err[512] = "";

@@ -376,6 +376,53 @@ static void test_keys(void **state)
             fail_msg("%s taken for a fleet key", other[i]);
 }
 
+static void test_regions(void **state)
+{
+    (void)state;
+    kl_fleet_regions r, back;
+    memset(&r, 0, sizeof r);
+    snprintf(r.name[2], sizeof r.name[2], "eu");
+    snprintf(r.name[255], sizeof r.name[255], "us-east");
+    char *json, err[256] = "";
+    size_t len;
+    assert_int_equal(kl_fleet_regions_encode(&r, &json, &len), KL_OK);
+    assert_int_equal(kl_fleet_regions_parse((const uint8_t *)json, len, &back,
+                                            err, sizeof err),
+                     KL_OK);
+    assert_string_equal(back.name[2], "eu");
+    assert_string_equal(back.name[255], "us-east");
+    assert_string_equal(back.name[1], "");
+    free(json);
+    static const char *const bad[] = {
+        "{\"v\":1}",
+        "{\"v\":1,\"codes\":[]}",
+        "{\"v\":1,\"codes\":{\"0\":\"eu\"}}",
+        "{\"v\":1,\"codes\":{\"256\":\"eu\"}}",
+        "{\"v\":1,\"codes\":{\"02\":\"eu\"}}",
+        "{\"v\":1,\"codes\":{\"0x2\":\"eu\"}}",
+        "{\"v\":1,\"codes\":{\"2\":\"e u\"}}",
+        "{\"v\":1,\"codes\":{\"2\":7}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        if (kl_fleet_regions_parse((const uint8_t *)bad[i], strlen(bad[i]),
+                                   &back, err, sizeof err) != KL_E_BAD_VALUE)
+            fail_msg("accepted: %s", bad[i]);
+        expect(err, "region codes");
+        assert_string_equal(back.name[2], "");
+    }
+    char k[64], name[KL_FLEET_NAME_MAX + 1];
+    assert_int_equal(kl_fleet_key_regions("/keyless/", k, sizeof k), KL_OK);
+    assert_string_equal(k, "/keyless/dir/regions");
+    assert_int_equal(
+        kl_fleet_key_parse("/keyless/", (const uint8_t *)k, strlen(k), name),
+        KL_FLEET_KEY_REGIONS);
+    assert_int_equal(
+        kl_fleet_key_parse("/keyless/",
+                           (const uint8_t *)"/keyless/dir/regionsX", 21, name),
+        KL_FLEET_KEY_OTHER);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_set_meta),
         cmocka_unit_test(test_set_meta_bad),
         cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_regions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

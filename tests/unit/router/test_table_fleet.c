@@ -121,6 +121,10 @@ static void test_two_layers(void **state)
     k = kl_rt_find(t1, ski);
     assert_true(kl_rt_allowed(t1, k, &t1->servers[1], false, 0));
 
+    /* compliance byte 2 maps to no region yet: nothing satisfies it */
+    assert_false(kl_rt_allowed(t1, k, &t1->servers[1], true, 2));
+    assert_true(kl_rt_allowed(t1, k, &t1->servers[1], false, 0));
+
     /* a server leaves: the key index is the same object */
     v.nservers = 1;
     assert_int_equal(
@@ -128,6 +132,20 @@ static void test_two_layers(void **state)
         KL_OK);
     assert_ptr_equal(t2->idx, t1->idx);
     assert_int_equal(t2->nservers, 1);
+    kl_fleet_regions rc;
+    memset(&rc, 0, sizeof rc);
+    snprintf(rc.name[2], sizeof rc.name[2], "eu");
+    v.regions = &rc;
+    kl_rt_table *t4;
+    assert_int_equal(
+        kl_rt_table_from_fleet(&v, "self", &cache, &t4, err, sizeof err),
+        KL_OK);
+    /* dir/regions: byte 2 is eu, so the eu server satisfies it; byte 1
+     * stays fedramp-high */
+    assert_true(kl_rt_allowed(t4, k, &t4->servers[0], true, 2));
+    assert_string_equal(t4->region_of[1], "fedramp-high");
+    kl_rt_table_free(t4);
+    v.regions = NULL;
     assert_string_equal(servers_of(t2, 0x10, &n), "eu-1");
     /* a set's meta changes: a new index */
     sets[0].mod_revision = 9;
