@@ -231,6 +231,7 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
         x->router = NULL;
         return false;
     }
+    x->router_has_file = true;
     kl_info("geo routing: table %s, hop limit %d, %d attempts per request",
             cfg->router_table, cfg->router_max_hops, cfg->router_max_attempts);
     return start_fleet(x, cfg, NULL);
@@ -423,8 +424,8 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
 
 bool kl_ext_reload_router(kl_daemon_ext *x)
 {
-    if (!x->router)
-        return true;
+    if (!x->router || (x->fleet && !x->router_has_file))
+        return true; /* the fleet directory keeps its table current */
     char err[1024];
     if (kl_router_reload(x->router, err, sizeof err) != KL_OK) {
         kl_error("reload: router_table: %s; keeping the previous routes", err);

@@ -6,7 +6,9 @@
  * - The routing table (table.h) is a YAML file, re-read when it changes
  *   (mtime poll) and on kl_router_reload() (SIGHUP); `dns:` entries are
  *   re-resolved when their records' TTL runs out (dns.h). A table that
- *   does not parse is reported and the previous one stays.
+ *   does not parse is reported and the previous one stays. Without a
+ *   file, tables come from the fleet directory through
+ *   kl_router_install_table (table_fleet.h, docs/FLEET.md).
  * - Candidates for a key: the servers that serve it, whose region satisfies
  *   the request's compliance region (tag 0x17, protocol P9) and the key's
  *   policy; ordered healthy first, then by measured latency (EWMA of pings

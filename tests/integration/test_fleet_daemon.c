@@ -182,6 +182,12 @@ static void test_join_death_stop(void **state)
             joined);
     assert_true(joined >= 0 && joined <= 2000);
 
+    /* SIGHUP: nothing to re-read, the directory's table stays */
+    td_signal(&a, SIGHUP);
+    rs_wait_log(&a, "reloaded:", 1, 5000);
+    assert_int_equal(rs_log_count(&a, "routing table re-read"), 0);
+    assert_true(sign_ok(ca));
+
     /* death under load */
     start(&c, "fc", keydir, "keys", "web", NULL);
     wait_present("fc", true, 3000);
