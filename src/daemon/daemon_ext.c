@@ -392,6 +392,7 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
     x->pool = pool;
     atomic_store(&x->keys, nkeys);
     atomic_store(&x->listening, true);
+    kl_dfleet_health(x->fleet, true, nkeys);
     if (!x->metrics)
         return;
     kl_metrics_set_keys_loaded(x->metrics, nkeys);
@@ -441,6 +442,7 @@ void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
                      size_t nkeys)
 {
     atomic_store(&x->keys, nkeys);
+    kl_dfleet_health(x->fleet, ok, nkeys);
     if (!x->metrics)
         return;
     kl_metrics_set_keys_loaded(x->metrics, nkeys);

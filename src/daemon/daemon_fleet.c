@@ -287,6 +287,29 @@ void kl_dfleet_scrape(kl_dfleet *f, kl_metrics *m)
     kl_metrics_set_fleet(m, &mf);
 }
 
+void kl_dfleet_health(kl_dfleet *f, bool ok, size_t nkeys)
+{
+    if (!f || !f->member || f->record.health == KL_FLEET_HEALTH_DRAINING)
+        return;
+    kl_fleet_health h =
+        ok && (nkeys > 0 || f->record.role != KL_FLEET_ROLE_KEYS)
+            ? KL_FLEET_HEALTH_OK
+            : KL_FLEET_HEALTH_DEGRADED;
+    if (h == f->record.health)
+        return;
+    f->record.health = h;
+    char err[256];
+    if (kl_fleet_member_update(f->member, &f->record, err, sizeof err) != KL_OK)
+        kl_warn("fleet: cannot update this server's health: %s", err);
+    else
+        kl_info("fleet: this server's record says %s%s",
+                kl_fleet_health_name(h),
+                h == KL_FLEET_HEALTH_DEGRADED
+                    ? (nkeys ? " (the last reload had a problem)"
+                             : " (no key loaded)")
+                    : "");
+}
+
 void kl_dfleet_draining(kl_dfleet *f)
 {
     if (!f || !f->member)

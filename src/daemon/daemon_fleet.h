@@ -35,6 +35,10 @@ void kl_dfleet_check(const kl_config *cfg, kl_problems *p);
  * *ok false: the options are wrong (logged), keylessd does not start. */
 kl_dfleet *kl_dfleet_start(const kl_config *cfg, kl_router *router, bool *ok);
 void kl_dfleet_scrape(kl_dfleet *f, kl_metrics *m);
+/* The health summary in this server's record after a start or a reload:
+ * degraded when a keys server holds no key or the reload had a problem,
+ * ok otherwise (draining, once set, stays). */
+void kl_dfleet_health(kl_dfleet *f, bool ok, size_t nkeys);
 void kl_dfleet_draining(kl_dfleet *f);
 void kl_dfleet_stop(kl_dfleet *f);
 

@@ -108,8 +108,7 @@ static int find_set(const kl_fleet_view *v, const char *name)
     return -1;
 }
 
-/* Only servers that hold keys are remotes; a draining one is chosen
- * last when latencies tie, until its lease goes. */
+/* Only servers that hold keys are remotes. */
 static bool eligible(const kl_fleet_server *s, const char *self)
 {
     return s->role == KL_FLEET_ROLE_KEYS && !(self && !strcmp(self, s->name));
@@ -132,9 +131,11 @@ static kl_status build_members(kl_rt_table *t, const kl_fleet_view *v,
         snprintf(s->host, sizeof s->host, "%s", fs->host);
         snprintf(s->region, sizeof s->region, "%s", fs->region);
         s->port = fs->port;
-        s->priority = fs->health == KL_FLEET_HEALTH_DRAINING
-                          ? fs->priority + 1000000
-                          : fs->priority;
+        /* draining, then degraded, come last when latencies tie */
+        s->priority =
+            fs->priority + (fs->health == KL_FLEET_HEALTH_DRAINING   ? 2000000
+                            : fs->health == KL_FLEET_HEALTH_DEGRADED ? 1000000
+                                                                     : 0);
         for (size_t k = 0; k < fs->nsets; k++) {
             int si = find_set(v, fs->sets[k]);
             if (si < 0)

@@ -83,6 +83,23 @@ static void start(td_daemon *d, const char *name, const char *kdir,
     rs_start(d, name, kdir, NULL, extra);
 }
 
+/* The health in name's record (the test fails when it is absent). */
+static kl_fleet_health health_of(const char *name)
+{
+    char key[128], err[512] = "";
+    assert_int_equal(kl_fleet_key_server(FC_PREFIX, name, key, sizeof key),
+                     KL_OK);
+    kl_etcd_kv kv;
+    ec_ok(kl_etcd_get(cl, key, strlen(key), &kv, NULL, err, sizeof err), err);
+    kl_fleet_server s;
+    ec_ok(kl_fleet_server_parse(kv.value, kv.value_len, &s, err, sizeof err),
+          err);
+    kl_etcd_kv_clear(&kv);
+    kl_fleet_health h = s.health;
+    kl_fleet_server_clear(&s);
+    return h;
+}
+
 static bool present(const char *name)
 {
     char key[128], err[512] = "";
@@ -243,6 +260,17 @@ static void test_join_death_stop(void **state)
     assert_int_equal(l2.failed, 0);
     wait_present("fa", true, 3000);
     wait_present("fc", true, 3000);
+
+    /* the health summary: a keys server without a key is degraded */
+    td_daemon e;
+    start(&e, "fe", emptydir, "keys", "web", NULL);
+    wait_present("fe", true, 3000);
+    double hu = td_now_ms() + 3000;
+    while (health_of("fe") != KL_FLEET_HEALTH_DEGRADED && td_now_ms() < hu)
+        ec_sleep_ms(20);
+    assert_int_equal(health_of("fe"), KL_FLEET_HEALTH_DEGRADED);
+    assert_int_equal(health_of("fc"), KL_FLEET_HEALTH_OK);
+    assert_int_equal(td_stop(&e, 0), 0);
 
     /* remote connections only where the role says so */
     assert_int_equal(rs_log_count(&a, "routing from the directory"), 1);
