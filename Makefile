@@ -95,10 +95,13 @@ clean:
 #   make valgrind             named integration tests, keylessd under memcheck
 #   make overload             test_overload with 30 s of 3x overload
 #   make soak [SOAK_SECONDS=600]  the soak test, long
+#   make fleet-outage [FLEET_OUTAGE_SECONDS=30]  test_fleet_routing with etcd
+#                             down that long under load (the suite: 6 s)
 SOAK_SECONDS ?= 600
 OVERLOAD_SECONDS ?= 30
+FLEET_OUTAGE_SECONDS ?= 30
 
-.PHONY: valgrind overload soak
+.PHONY: valgrind overload soak fleet-outage
 
 valgrind: build
 	@bash tests/valgrind/run.sh $(BUILD)
@@ -113,6 +116,10 @@ overload: build
 
 soak: build
 	@$(KL_RUN_ENV) KL_SOAK_SECONDS=$(SOAK_SECONDS) $(BUILD)/test_soak
+
+fleet-outage: build
+	@$(KL_RUN_ENV) KL_FLEET_OUTAGE_SECONDS=$(FLEET_OUTAGE_SECONDS) \
+	    $(BUILD)/test_fleet_routing
 
 # ---- Packaging: install, Debian package, packaging tests ----
 #   make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]

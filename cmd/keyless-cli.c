@@ -13,6 +13,7 @@
 #include <openssl/rand.h>
 #include <openssl/rsa.h>
 
+#include "cli_fleet.h"
 #include "client/opnames.h"
 #include "client/verify.h"
 #include "core/log.h"
@@ -62,6 +63,20 @@ static void usage(FILE *f)
         "  ski FILE...       print the SKI (protocol P7) of certificate, "
         "public\n"
         "                    key or private key files\n"
+        "  fleet [servers]   the fleet directory in etcd: servers, regions, "
+        "roles,\n"
+        "                    health, key sets (docs/FLEET.md)\n"
+        "  fleet publish-set NAME [FILE...]\n"
+        "                    publish a key set: the SKIs of the key or "
+        "certificate\n"
+        "                    FILEs and of --skis LIST (40 hex digits a "
+        "line)\n"
+        "    fleet options: --etcd URL,... (default http://127.0.0.1:2379)\n"
+        "                   --etcd-ca, --etcd-cert, --etcd-key FILE, --prefix "
+        "P\n"
+        "                   (default /keyless/), --regions R,... "
+        "(publish-set),\n"
+        "                   -json (servers)\n"
         "\n"
         "Connection:\n"
         "  --server HOST:PORT   key server (default 127.0.0.1:2407; IPv6 as "
@@ -623,6 +638,45 @@ static int cmd_ski(int n, char **files)
     return rc;
 }
 
+bool kl_cli_parse_ski(const char *hex, uint8_t ski[20])
+{
+    size_t n = 0;
+    return strlen(hex) == 40 && parse_hex(hex, ski, 20, &n) && n == 20;
+}
+
+static void on_key_raw(void *arg, const kl_key *k)
+{
+    memcpy(arg, kl_key_ski(k), KL_SKI_LEN);
+}
+
+bool kl_cli_file_ski(const char *path, uint8_t ski[20], char *err,
+                     size_t errlen)
+{
+    EVP_PKEY *pk = NULL;
+    char perr[512] = "", kerr[512] = "";
+    if (kl_pubkey_load(path, &pk, perr, sizeof perr) == KL_OK) {
+        bool ok = kl_ski_from_pkey(pk, ski) == KL_OK;
+        EVP_PKEY_free(pk);
+        if (!ok)
+            snprintf(err, errlen, "%s: unsupported key type", path);
+        return ok;
+    }
+    kl_keystore_opts ko = {
+        .allow_group_readable = true, .report = on_report, .report_arg = kerr};
+    kl_keystore *ks = kl_keystore_new(&ko);
+    uint8_t got[KL_SKI_LEN] = {0}, zero[KL_SKI_LEN] = {0};
+    if (ks && kl_keystore_add_file(ks, path) == KL_OK)
+        kl_keystore_foreach(ks, on_key_raw, got);
+    kl_keystore_free(ks);
+    if (memcmp(got, zero, KL_SKI_LEN) != 0) {
+        memcpy(ski, got, KL_SKI_LEN);
+        return true;
+    }
+    snprintf(err, errlen, "%s",
+             strstr(perr, "holds a private key") && kerr[0] ? kerr : perr);
+    return false;
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 enum {
@@ -757,6 +811,8 @@ int main(int argc, char **argv)
         return EXIT_OK;
     }
     a.cmd = argv[1];
+    if (!strcmp(a.cmd, "fleet"))
+        return kl_cli_fleet(argc - 1, argv + 1);
     if (!strcmp(a.cmd, "ski"))
         return cmd_ski(argc - 2, argv + 2);
     if (strcmp(a.cmd, "ping") && strcmp(a.cmd, "sign") &&

@@ -73,6 +73,20 @@ typedef struct kl_config {
     /* sealed keys (docs/SEALING.md; options_seal.inc) */
     char *sealing_key;        /* unset: *.sealed files are held elsewhere */
     char *sealing_attributes; /* "name=value,..."; unset: not checked */
+    /* the fleet directory (docs/FLEET.md); fleet_etcd_endpoints unset: no
+     * fleet (options_fleet.inc) */
+    char *fleet_etcd_endpoints; /* comma list */
+    char *fleet_etcd_ca, *fleet_etcd_cert, *fleet_etcd_key;
+    char *fleet_prefix;
+    char *fleet_name; /* unset: not registered, the directory only read */
+    char *fleet_region;
+    char *fleet_attributes; /* "k=v,k=v" */
+    char *fleet_advertise_host;
+    int fleet_advertise_port; /* 0: port */
+    char *fleet_role;         /* keys, egress, router */
+    char *fleet_key_sets;     /* comma list */
+    int fleet_priority;
+    int fleet_lease_ttl; /* seconds */
     /* modes (flags only) */
     bool help, help_markdown, help_man, version, check, keystore_debug,
         output_config, config_only, manual_activation, renew;

@@ -13,6 +13,7 @@
 #include "router/table.h"
 #include "daemon/daemon.h"
 #include "daemon/daemon_ext.h"
+#include "daemon/daemon_fleet.h"
 #include "tls/certcheck.h"
 
 /* The router's options as the configuration has them (unset: NULL). */
@@ -38,24 +39,11 @@ static void count_report(void *arg, int level, const char *msg)
     kl_log(level, "%s", msg);
 }
 
-void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
+/* The router's client certificate toward remotes (a table naming
+ * remotes, or the fleet directory's). */
+static void check_router_cert(const kl_config *cfg, kl_problems *p)
 {
     const kl_router_opts *rc = router_cfg(cfg);
-    if (!rc->table_file || !*rc->table_file)
-        return;
-    kl_rt_table *t = NULL;
-    char err[1024];
-    if (kl_rt_table_load(rc->table_file, check_resolve,
-                         (void *)kl_settings_of_c(cfg), &t, err,
-                         sizeof err) != KL_OK) {
-        kl_error("router_table: %s", err);
-        p->errors++;
-        return;
-    }
-    size_t remotes = t->nservers;
-    kl_rt_table_free(t);
-    if (remotes == 0)
-        return; /* no remote: the router presents no certificate */
     /* The router's identity toward the remotes must be a TLS client
      * certificate (docs/ROUTING.md, "The router's certificate"). */
     kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
@@ -84,6 +72,30 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
     kl_certcheck_client(&cc);
 }
 
+void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
+{
+    kl_dfleet_check(cfg, p);
+    if (kl_dfleet_routes(cfg))
+        check_router_cert(cfg, p); /* remotes come and go: check it now */
+    const kl_router_opts *rc = router_cfg(cfg);
+    if (!rc->table_file || !*rc->table_file)
+        return;
+    kl_rt_table *t = NULL;
+    char err[1024];
+    if (kl_rt_table_load(rc->table_file, check_resolve,
+                         (void *)kl_settings_of_c(cfg), &t, err,
+                         sizeof err) != KL_OK) {
+        kl_error("router_table: %s", err);
+        p->errors++;
+        return;
+    }
+    size_t remotes = t->nservers;
+    kl_rt_table_free(t);
+    if (remotes == 0)
+        return; /* no remote: the router presents no certificate */
+    check_router_cert(cfg, p);
+}
+
 /* docs/TRACING.md: one span ring per shard. A tracer that
  * cannot start is reported and keylessd serves without it. */
 static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
@@ -98,6 +110,38 @@ static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
     kl_info("tracing: OTLP/HTTP to %s, sample rate %g (requests with a "
             "span context follow its sampled flag)",
             to.endpoint, to.sample_rate);
+}
+
+/* Registration, and the directory when router is set (daemon_fleet.h). */
+static bool start_fleet(kl_daemon_ext *x, const kl_config *cfg,
+                        kl_router *router)
+{
+    bool ok;
+    x->fleet = kl_dfleet_start(cfg, router, &ok);
+    return ok;
+}
+
+/* A fleet without router_table: the router's tables come from the
+ * directory (docs/FLEET.md "Routing from the directory"). */
+static bool start_fleet_router(kl_daemon_ext *x, const kl_config *cfg)
+{
+    kl_problems p = {0};
+    check_router_cert(cfg, &p); /* the fleet options: kl_dfleet_start */
+    if (p.errors) {
+        kl_error("not starting: fix the router's certificate, then check "
+                 "with keylessd --check");
+        return false;
+    }
+    kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
+    o.table_file = NULL;
+    o.tracer = x->tracer;
+    char err[1024];
+    if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
+        kl_error("fleet: router: %s; not starting", err);
+        x->router = NULL;
+        return false;
+    }
+    return start_fleet(x, cfg, x->router);
 }
 
 bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
@@ -116,9 +160,11 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
     }
     if (cfg->tracing_enabled)
         start_tracing(x, cfg);
+    if (kl_dfleet_routes(cfg))
+        return start_fleet_router(x, cfg);
     const kl_router_opts *rc = router_cfg(cfg);
     if (!rc->table_file || !*rc->table_file)
-        return true;
+        return start_fleet(x, cfg, NULL);
     /* the table and the router's certificate, as --check reports them */
     kl_problems p = {0};
     kl_ext_check_router(cfg, &p);
@@ -135,9 +181,10 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
         x->router = NULL;
         return false;
     }
+    x->router_has_file = true;
     kl_info("geo routing: table %s, hop limit %d, %d attempts per request",
             rc->table_file, rc->max_hops, rc->max_attempts);
-    return true;
+    return start_fleet(x, cfg, NULL);
 }
 
 /* How many of the routing table's remotes answer their pings (n: how many
@@ -226,6 +273,7 @@ static void on_scrape(kl_metrics *m, void *arg)
                 m, c, kl_pool_queued(x->pool, (kl_cost_class)c));
     kl_metrics_set_keys_loaded(m, atomic_load(&x->keys));
     kl_metrics_set_sealed_refused(m, kl_keys_sealed_refused_total());
+    kl_dfleet_scrape(x->fleet, m);
     /* per upstream route, and the trace exporter */
     if (x->router) {
         kl_remote_stats st[64];
@@ -297,6 +345,7 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
     x->pool = pool;
     atomic_store(&x->keys, nkeys);
     atomic_store(&x->listening, true);
+    kl_dfleet_health(x->fleet, true, nkeys);
     if (!x->metrics)
         return;
     kl_metrics_set_keys_loaded(x->metrics, nkeys);
@@ -326,8 +375,8 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
 
 bool kl_ext_reload_router(kl_daemon_ext *x)
 {
-    if (!x->router)
-        return true;
+    if (!x->router || (x->fleet && !x->router_has_file))
+        return true; /* the fleet directory keeps its table current */
     char err[1024];
     if (kl_router_reload(x->router, err, sizeof err) != KL_OK) {
         kl_error("reload: router_table: %s; keeping the previous routes", err);
@@ -343,6 +392,7 @@ void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
                      size_t nkeys)
 {
     atomic_store(&x->keys, nkeys);
+    kl_dfleet_health(x->fleet, ok, nkeys);
     if (!x->metrics)
         return;
     kl_metrics_set_keys_loaded(x->metrics, nkeys);
@@ -353,6 +403,7 @@ void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
 void kl_ext_draining(kl_daemon_ext *x)
 {
     atomic_store(&x->draining, true);
+    kl_dfleet_draining(x->fleet);
 }
 
 void kl_ext_stop(kl_daemon_ext *x)
@@ -360,6 +411,8 @@ void kl_ext_stop(kl_daemon_ext *x)
     kl_metrics_http_stop(x->http);
     x->http = NULL;
     x->pool = NULL;
+    kl_dfleet_stop(x->fleet); /* its feed installs into the router */
+    x->fleet = NULL;
     if (x->router) {
         kl_router_stats st;
         kl_router_get_stats(x->router, &st);

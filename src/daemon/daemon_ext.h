@@ -35,12 +35,16 @@ typedef struct kl_daemon_ext {
     _Atomic uint64_t keys; /* keys loaded, for /ready */
     /* the certificate files exported as certificate_expiration_* */
     char *cert_src[3];
-    bool identities; /* metrics_identities at start (restart-only) */
+    bool identities;         /* metrics_identities at start (restart-only) */
+    struct kl_dfleet *fleet; /* NULL: no fleet (daemon_fleet.h) */
+    bool router_has_file;    /* router_table: SIGHUP re-reads it */
 } kl_daemon_ext;
 
-/* Creates the metrics object (metrics_port set) and the router
- * (router_table set). false when the router cannot start (the reason is
- * logged): keylessd then does not start. */
+/* Creates the metrics object (metrics_port set), the router (router_table
+ * set, or a fleet routing from its directory) and the fleet's
+ * registration and directory (daemon_fleet.h). false when the router or
+ * the fleet cannot start (the reason is logged): keylessd then does not
+ * start. */
 bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg);
 /* With router_table set: the table as a start loads it (dns: names
  * resolved), and, when it names remotes, the certificate the router

@@ -693,6 +693,9 @@ static const kl_option options[] = {
 /* ---- geo routing: its rows live in options_router.inc ---- */
 #include "daemon/options_router.inc"
 
+/* ---- the fleet directory: options_fleet.inc ---- */
+#include "daemon/options_fleet.inc"
+
 /* ---- sealed keys: options_seal.inc ---- */
 #include "daemon/options_seal.inc"
 
@@ -809,6 +812,10 @@ static void defaults(kl_config *c)
     c->auth_csr = "server.csr";
     c->activation_timeout_ns = 30 * KL_NS_PER_S;
     c->tracing_address = "localhost:6831";
+    c->fleet_prefix = "/keyless/";
+    c->fleet_role = "keys";
+    c->fleet_priority = 100;
+    c->fleet_lease_ttl = 10;
 }
 
 _Static_assert(offsetof(kl_settings, cfg) == 0,

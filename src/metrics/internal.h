@@ -99,6 +99,8 @@ struct kl_metrics {
     size_t nroutes;
     bool has_tracing;
     kl_metrics_tracing tracing;
+    bool has_fleet;
+    kl_metrics_fleet fleet;
 };
 
 /* ---- labels and buckets (labels.c) ------------------------------------ */

@@ -226,6 +226,20 @@ typedef struct kl_metrics_tracing {
 } kl_metrics_tracing;
 void kl_metrics_set_tracing(kl_metrics *m, const kl_metrics_tracing *t);
 
+/* The fleet directory (docs/FLEET.md, docs/METRICS.md): keylessd_fleet_*
+ * from the directory's and the registration's status. Absent until first
+ * set (no fleet configured: never). */
+typedef struct kl_metrics_fleet {
+    bool reading;           /* the directory is read (routing from it) */
+    bool in_sync;           /* reading: the directory is in sync */
+    double sync_age_s;      /* reading: seconds since it was last in sync */
+    uint64_t servers;       /* reading: server records in the last view */
+    bool registering;       /* this server registers itself */
+    bool registered;        /* registering: its record is on a live lease */
+    uint64_t registrations; /* records written on a new lease */
+} kl_metrics_fleet;
+void kl_metrics_set_fleet(kl_metrics *m, const kl_metrics_fleet *f);
+
 /* ---- certificate_expiration_timestamp_seconds (certs.c) --------------- */
 
 /* Sets the series of one certificate; the same certificate from the same

@@ -33,6 +33,43 @@ void kl_metrics_set_tracing(kl_metrics *m, const kl_metrics_tracing *t)
     pthread_mutex_unlock(&m->lock);
 }
 
+void kl_metrics_set_fleet(kl_metrics *m, const kl_metrics_fleet *f)
+{
+    pthread_mutex_lock(&m->lock);
+    m->fleet = *f;
+    m->has_fleet = true;
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void render_fleet(const kl_metrics_fleet *f, mx_buf *b)
+{
+    if (f->reading) {
+        mx_family(b, "keylessd_fleet_directory_in_sync", "gauge",
+                  "1 while the fleet directory's watch is connected and etcd "
+                  "answers; 0 while routing goes on with the last table.");
+        mx_printf(b, "keylessd_fleet_directory_in_sync %d\n", f->in_sync);
+        mx_family(b, "keylessd_fleet_directory_sync_age_seconds", "gauge",
+                  "Seconds since the fleet directory was last in sync (0 "
+                  "while it is).");
+        mx_printf(b, "keylessd_fleet_directory_sync_age_seconds %.3f\n",
+                  f->sync_age_s);
+        mx_family(b, "keylessd_fleet_directory_servers", "gauge",
+                  "Server records in the fleet directory as last read.");
+        mx_printf(b, "keylessd_fleet_directory_servers %llu\n",
+                  (unsigned long long)f->servers);
+    }
+    if (f->registering) {
+        mx_family(b, "keylessd_fleet_registered", "gauge",
+                  "1 while this server's record is on a live etcd lease.");
+        mx_printf(b, "keylessd_fleet_registered %d\n", f->registered);
+        mx_family(b, "keylessd_fleet_registrations_total", "counter",
+                  "Times this server wrote its record on a new lease (the "
+                  "first, then after each lease lost).");
+        mx_printf(b, "keylessd_fleet_registrations_total %llu\n",
+                  (unsigned long long)f->registrations);
+    }
+}
+
 void mx_routes_free(kl_metrics *m)
 {
     free(m->routes);
@@ -89,6 +126,8 @@ void mx_render_routes(kl_metrics *m, mx_buf *b)
             mx_printf(b, "%llu\n", (unsigned long long)r[i].errors);
         }
     }
+    if (m->has_fleet)
+        render_fleet(&m->fleet, b);
     if (m->has_tracing) {
         const kl_metrics_tracing *t = &m->tracing;
         mx_family(b, "keylessd_trace_spans_exported_total", "counter",

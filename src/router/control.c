@@ -31,6 +31,7 @@
 #include "core/time.h"
 #include "router/dns.h"
 #include "router/router_int.h"
+#include "router/table_int.h"
 
 /* One table build's DNS: where to ask, and the smallest TTL among the
  * records of all its `dns:` names (when the table is next due). */
@@ -83,6 +84,21 @@ static uint64_t servers_sig(const kl_rt_table *t)
     return h;
 }
 
+/* build_mu held: t becomes the pending table, installed by the router
+ * thread at its next turn. */
+static void hand_over(kl_router *r, kl_rt_table *t)
+{
+    pthread_mutex_lock(&r->mu);
+    kl_rt_table *old = r->pending; /* never installed: superseded */
+    r->pending = t;
+    r->handed_gen++;
+    pthread_mutex_unlock(&r->mu);
+    kl_rt_table_free(old);
+    KL_RT_INC(r, reloads);
+    if (r->loop)
+        kl_loop_wake(r->loop);
+}
+
 /* build_mu held. force: install even when nothing changed (a reload). */
 static kl_status build(kl_router *r, bool force, char *err, size_t errlen)
 {
@@ -113,15 +129,7 @@ static kl_status build(kl_router *r, bool force, char *err, size_t errlen)
     }
     r->servers_sig = sig;
     r->has_dns = t->ndns > 0;
-    pthread_mutex_lock(&r->mu);
-    kl_rt_table *old = r->pending; /* never installed: superseded */
-    r->pending = t;
-    r->handed_gen++;
-    pthread_mutex_unlock(&r->mu);
-    kl_rt_table_free(old);
-    KL_RT_INC(r, reloads);
-    if (r->loop)
-        kl_loop_wake(r->loop);
+    hand_over(r, t);
     return KL_OK;
 }
 
@@ -189,8 +197,40 @@ static void *control_main(void *arg)
     return NULL;
 }
 
+/* Without a table file the router starts with an empty table and takes
+ * its tables from kl_router_install_table (the fleet directory). */
+static kl_status start_empty(kl_router *r)
+{
+    kl_rt_build b;
+    kl_rt_table *t;
+    char err[64];
+    KL_GUARD(
+        kl_rt_build_init(&b, "(fleet directory)", err, sizeof err, NULL, NULL));
+    KL_GUARD(kl_rt_build_finish(&b, &t));
+    pthread_mutex_lock(&r->build_mu);
+    hand_over(r, t);
+    pthread_mutex_unlock(&r->build_mu);
+    return KL_OK;
+}
+
+kl_status kl_router_install_table(kl_router *r, kl_rt_table *t)
+{
+    if (r->table_file) { /* one source of tables: the file's poll would
+                            undo this one */
+        kl_rt_table_free(t);
+        return KL_E_CONFIG;
+    }
+    pthread_mutex_lock(&r->build_mu);
+    hand_over(r, t);
+    pthread_mutex_unlock(&r->build_mu);
+    kl_rt_wait_installed(r);
+    return KL_OK;
+}
+
 kl_status kl_rt_control_start(kl_router *r, char *err, size_t errlen)
 {
+    if (!r->table_file)
+        return start_empty(r);
     pthread_mutex_lock(&r->build_mu);
     kl_status st = build(r, true, err, errlen);
     pthread_mutex_unlock(&r->build_mu);
@@ -219,6 +259,8 @@ void kl_rt_control_stop(kl_router *r)
  * the installed table, not the one just built). */
 kl_status kl_router_reload(kl_router *r, char *err, size_t errlen)
 {
+    if (!r->table_file)
+        return KL_OK; /* the directory keeps its table current itself */
     pthread_mutex_lock(&r->build_mu);
     kl_status st = build(r, true, err, errlen);
     pthread_mutex_unlock(&r->build_mu);
@@ -278,5 +320,5 @@ void kl_rt_install(kl_router *r, kl_rt_table *t)
         kl_rt_retire(r, old);
     KL_RT_INC(r, generation);
     kl_info("router: routing table installed: %zu servers, %zu keys",
-            t->nservers, t->nkeys);
+            t->nservers, kl_rt_nkeys(t));
 }

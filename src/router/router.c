@@ -477,10 +477,9 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
                         size_t errlen)
 {
     *out = NULL;
-    if (!opts->table_file || !opts->ca_file) {
+    if (!opts->ca_file) {
         snprintf(err, errlen,
-                 "router: router_table and the CA for remote key servers "
-                 "must be set");
+                 "router: the CA for remote key servers must be set");
         return KL_E_CONFIG;
     }
     if (opts->dns_server && !kl_rt_dns_server_valid(opts->dns_server)) {
@@ -525,7 +524,7 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
     pthread_cond_init(&r->snap_cv, NULL);
     pthread_cond_init(&r->install_cv, NULL);
     r->loop = kl_loop_new();
-    if (!r->table_file || !r->ca_file || !r->loop ||
+    if ((opts->table_file && !r->table_file) || !r->ca_file || !r->loop ||
         (opts->dns_server && !r->dns_server)) {
         kl_router_free(r);
         return KL_E_NOMEM;

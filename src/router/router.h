@@ -6,7 +6,9 @@
  * - The routing table (table.h) is a YAML file, re-read when it changes
  *   (mtime poll) and on kl_router_reload() (SIGHUP); `dns:` entries are
  *   re-resolved when their records' TTL runs out (dns.h). A table that
- *   does not parse is reported and the previous one stays.
+ *   does not parse is reported and the previous one stays. Without a
+ *   file, tables come from the fleet directory through
+ *   kl_router_install_table (table_fleet.h, docs/FLEET.md).
  * - Candidates for a key: the servers that serve it, whose region satisfies
  *   the request's compliance region (tag 0x17, protocol P9) and the key's
  *   policy; ordered healthy first, then by measured latency (EWMA of pings
@@ -47,7 +49,9 @@ typedef struct kl_router kl_router;
  * kl_router_defaults and change what differs. Durations in nanoseconds
  * (core/time.h). */
 typedef struct kl_router_opts {
-    const char *table_file; /* YAML routing table (required) */
+    /* YAML routing table; NULL: tables come from kl_router_install_table
+     * (the fleet directory), the router starts with an empty one */
+    const char *table_file;
     /* the router's client identity toward remote key servers (P1) */
     const char *cert_file, *key_file;
     const char *ca_file;          /* CA the remotes must chain to (required) */
@@ -152,6 +156,15 @@ bool kl_router_has_key(kl_router *r, const uint8_t ski[KL_SKI_LEN]);
  * request after it finds the new routes). On error the previous table
  * stays and err says why. Blocking (DNS), so not for a shard thread. */
 KL_WUR kl_status kl_router_reload(kl_router *r, char *err, size_t errlen);
+
+/* Installs a table built elsewhere (router/table_fleet.c, from the fleet
+ * directory) exactly as a file reload does: remotes that stay keep their
+ * connections and latency history, new ones are probed at once, departed
+ * ones drain. Takes t (freed on failure too); returns once it is in
+ * effect. KL_E_CONFIG when the router has a table file. Not for the
+ * router thread. */
+struct kl_rt_table;
+KL_WUR kl_status kl_router_install_table(kl_router *r, struct kl_rt_table *t);
 
 /* Per remote, for metrics and tests. */
 typedef struct kl_remote_stats {

@@ -48,28 +48,48 @@ void kl_rt_order(kl_remote **rms, size_t n, int tolerance_pct)
     }
 }
 
+typedef struct cand {
+    const kl_rt_table *t;
+    const kl_rt_key *k;
+    bool has_compliance;
+    uint8_t compliance;
+    kl_remote *const *tried;
+    size_t ntried;
+    kl_remote *all[256];
+    size_t n;
+} cand;
+
+static bool add_candidate(void *arg, const kl_rt_server *s)
+{
+    cand *c = arg;
+    kl_remote *rm = s->remote;
+    if (!rm || !kl_rt_allowed(c->t, c->k, s, c->has_compliance, c->compliance))
+        return true;
+    bool seen = false;
+    for (size_t j = 0; j < c->ntried; j++)
+        seen |= c->tried[j] == rm;
+    for (size_t j = 0; j < c->n; j++) /* two of its sets hold the key */
+        seen |= c->all[j] == rm;
+    if (!seen)
+        c->all[c->n++] = rm;
+    return c->n < 256;
+}
+
 size_t kl_rt_candidates(const kl_router *r, const kl_rt_table *t,
                         const kl_rt_key *k, bool has_compliance,
                         uint8_t compliance, kl_remote *const *tried,
                         size_t ntried, kl_remote **out, size_t max)
 {
     /* all of them first, then the order, then the best max */
-    kl_remote *all[256];
-    size_t n = 0;
-    for (size_t i = 0; i < k->nservers && n < 256; i++) {
-        const kl_rt_server *s = &t->servers[k->servers[i]];
-        kl_remote *rm = s->remote;
-        if (!rm || !kl_rt_allowed(t, k, s, has_compliance, compliance))
-            continue;
-        bool seen = false;
-        for (size_t j = 0; j < ntried; j++)
-            seen |= tried[j] == rm;
-        if (!seen)
-            all[n++] = rm;
-    }
-    kl_rt_order(all, n, r ? r->o.latency_tolerance_pct : 10);
-    if (n > max)
-        n = max;
-    memcpy(out, all, n * sizeof *out);
+    cand c = {.t = t,
+              .k = k,
+              .has_compliance = has_compliance,
+              .compliance = compliance,
+              .tried = tried,
+              .ntried = ntried};
+    kl_rt_each_server(t, k, add_candidate, &c);
+    kl_rt_order(c.all, c.n, r ? r->o.latency_tolerance_pct : 10);
+    size_t n = c.n > max ? max : c.n;
+    memcpy(out, c.all, n * sizeof *out);
     return n;
 }

@@ -68,6 +68,14 @@ void kl_rt_table_free(kl_rt_table *t)
 {
     if (!t)
         return;
+    /* a shared key index goes with the last table using it */
+    if (t->refs && __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        return;
+    kl_rt_table_free(t->idx);
+    for (size_t i = 0; i < t->nsets; i++)
+        free(t->set_servers[i]);
+    free(t->set_servers);
+    free(t->set_nservers);
     for (size_t i = 0; i < t->nkeys; i++) {
         free(t->keys[i].servers);
         free(t->keys[i].regions);
@@ -313,6 +321,8 @@ out:
 
 const kl_rt_key *kl_rt_find(const kl_rt_table *t, const uint8_t ski[KL_SKI_LEN])
 {
+    if (t && t->idx)
+        t = t->idx;
     if (!t || !t->nkeys)
         return NULL;
     return find_mut((kl_rt_table *)t, ski);
@@ -335,6 +345,27 @@ bool kl_rt_allowed(const kl_rt_table *t, const kl_rt_key *k,
         if (!strcmp(k->regions[i], s->region))
             return true;
     return false;
+}
+
+void kl_rt_each_server(const kl_rt_table *t, const kl_rt_key *k,
+                       bool (*fn)(void *arg, const kl_rt_server *s), void *arg)
+{
+    for (size_t i = 0; i < k->nservers; i++) {
+        uint32_t x = k->servers[i];
+        if (!t->idx) {
+            if (!fn(arg, &t->servers[x]))
+                return;
+            continue;
+        }
+        for (uint32_t j = 0; x < t->nsets && j < t->set_nservers[x]; j++)
+            if (!fn(arg, &t->servers[t->set_servers[x][j]]))
+                return;
+    }
+}
+
+size_t kl_rt_nkeys(const kl_rt_table *t)
+{
+    return t->idx ? t->idx->nkeys : t->nkeys;
 }
 
 bool kl_rt_same_servers(const kl_rt_table *a, const kl_rt_table *b)

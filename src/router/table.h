@@ -54,6 +54,18 @@ typedef struct kl_rt_table {
     size_t nservers;
     kl_rt_key *keys; /* sorted by SKI */
     size_t nkeys;
+    /* A table from the fleet directory (table_fleet.c) has two layers:
+     * idx maps each SKI to the key sets holding it (its keys' `servers`
+     * are set indices, their regions the sets' policies), shared by every
+     * table built while the sets stay the same; set_servers[i] lists the
+     * servers serving set i. A membership change rebuilds only the second
+     * layer, so its cost does not depend on the number of keys. keys is
+     * then empty. */
+    struct kl_rt_table *idx;
+    uint32_t **set_servers;
+    uint32_t *set_nservers;
+    size_t nsets;
+    unsigned refs; /* idx only: tables sharing it (atomic); 0: unshared */
     char region_of[256][KL_RT_NAME_MAX + 1]; /* tag 0x17 byte -> name, "" */
     size_t ndns; /* how many servers came from dns: entries */
     struct kl_rt_table *retired_next; /* the router's retired lists */
@@ -78,7 +90,8 @@ KL_WUR kl_status kl_rt_table_load(const char *path, kl_rt_resolve_fn resolve,
                                   char *err, size_t errlen);
 void kl_rt_table_free(kl_rt_table *t);
 
-/* The key's entry, or NULL when no server in the table serves it. */
+/* The key's entry (in t->idx for a two-layer table), or NULL when no
+ * server in the table serves it. */
 const kl_rt_key *kl_rt_find(const kl_rt_table *t,
                             const uint8_t ski[KL_SKI_LEN]);
 
@@ -87,6 +100,14 @@ const kl_rt_key *kl_rt_find(const kl_rt_table *t,
 bool kl_rt_allowed(const kl_rt_table *t, const kl_rt_key *k,
                    const kl_rt_server *s, bool has_compliance,
                    uint8_t compliance);
+
+/* The servers that serve k, for each until fn returns false: k->servers
+ * for a file table, the servers of each of k's sets for a two-layer one
+ * (a server may come twice when it serves two of them). */
+void kl_rt_each_server(const kl_rt_table *t, const kl_rt_key *k,
+                       bool (*fn)(void *arg, const kl_rt_server *s), void *arg);
+/* Keys the table routes (the key index's for a two-layer table). */
+size_t kl_rt_nkeys(const kl_rt_table *t);
 
 /* Compares two tables' DNS expansions: true when the servers (name, host,
  * port) are the same, so a DNS refresh that changed nothing is ignored. */

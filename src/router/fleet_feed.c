@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The fleet directory feeding the router (table_fleet.h): the directory's
+ * thread builds each view's table and installs it, as a file reload does
+ * (docs/FLEET.md "Routing from the directory"). */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "router/router.h"
+#include "router/table_fleet.h"
+
+struct kl_rt_fleet_feed {
+    kl_router *r;
+    kl_fleet_dir *dir;
+    kl_rt_fleet_cache cache; /* the directory thread's */
+    char self[KL_FLEET_NAME_MAX + 1];
+    atomic_uint_fast64_t installs;
+};
+
+static void on_view(void *arg, const kl_fleet_view *v)
+{
+    kl_rt_fleet_feed *f = arg;
+    kl_rt_table *t;
+    char err[256] = "";
+    if (kl_rt_table_from_fleet(v, f->self[0] ? f->self : NULL, &f->cache, &t,
+                               err, sizeof err) != KL_OK) {
+        kl_warn("fleet: routing table not rebuilt, the last one stays: %s",
+                err);
+        return;
+    }
+    if (kl_router_install_table(f->r, t) == KL_OK)
+        atomic_fetch_add(&f->installs, 1);
+}
+
+kl_status kl_rt_fleet_feed_start(kl_router *r, const kl_fleet_dir_opts *o,
+                                 const char *self, kl_rt_fleet_feed **out,
+                                 char *err, size_t errlen)
+{
+    *out = NULL;
+    kl_rt_fleet_feed *f = calloc(1, sizeof *f);
+    KL_ENSURE(f != NULL, KL_E_NOMEM);
+    f->r = r;
+    snprintf(f->self, sizeof f->self, "%s", self ? self : "");
+    kl_fleet_dir_opts d = *o;
+    d.fn = on_view;
+    d.arg = f;
+    kl_status st = kl_fleet_dir_start(&d, &f->dir, err, errlen);
+    if (st != KL_OK) {
+        free(f);
+        return st;
+    }
+    *out = f;
+    return KL_OK;
+}
+
+void kl_rt_fleet_feed_stop(kl_rt_fleet_feed *f)
+{
+    if (!f)
+        return;
+    kl_fleet_dir_stop(f->dir); /* no view runs after this */
+    kl_rt_fleet_cache_clear(&f->cache);
+    free(f);
+}
+
+uint64_t kl_rt_fleet_feed_installs(kl_rt_fleet_feed *f)
+{
+    return atomic_load(&f->installs);
+}
+
+void kl_rt_fleet_feed_status(kl_rt_fleet_feed *f, kl_fleet_dir_status *s)
+{
+    kl_fleet_dir_status_get(f->dir, s);
+}
