@@ -34,6 +34,25 @@ const kl_pool_opts kl_pool_defaults = {
     .stop_grace_ms = 2000,
 };
 
+/* The background workers (pool.h): as many as workers unless told. One
+ * that does not start is only capacity not added. */
+static void start_background(kl_pool *p, int want)
+{
+    int n = want < 0 ? 0 : (want > 0 ? want : p->started);
+    p->bg_threads = n ? calloc((size_t)n, sizeof *p->bg_threads) : NULL;
+    int started = 0;
+    for (int i = 0; p->bg_threads && i < n; i++) {
+        if (pthread_create(&p->bg_threads[i], NULL, kl_pool_bg_main, p) != 0)
+            break;
+        started++;
+    }
+    if (started < n)
+        kl_warn("crypto pool: started %d of %d background workers", started, n);
+    pthread_mutex_lock(&p->mu);
+    p->sched.bg_workers = started;
+    pthread_mutex_unlock(&p->mu);
+}
+
 kl_pool *kl_pool_new(const kl_pool_opts *opts)
 {
     if (!opts)
@@ -65,7 +84,8 @@ kl_pool *kl_pool_new(const kl_pool_opts *opts)
     int wcv_rc = pthread_cond_init(&p->wd.cv, &ca);
     pthread_condattr_destroy(&ca);
     if (wcv_rc != 0 || pthread_cond_init(&p->cv, NULL) != 0 ||
-        pthread_cond_init(&p->blk.cv, NULL) != 0) {
+        pthread_cond_init(&p->blk.cv, NULL) != 0 ||
+        pthread_cond_init(&p->bg_cv, NULL) != 0) {
         pthread_mutex_destroy(&p->mu);
         free(p->threads);
         free(p);
@@ -93,6 +113,7 @@ kl_pool *kl_pool_new(const kl_pool_opts *opts)
         kl_pool_sched_init(&p->sched, p->started);
         pthread_mutex_unlock(&p->mu);
     }
+    start_background(p, opts->background_workers);
     return p;
 }
 
@@ -108,9 +129,13 @@ void kl_pool_free(kl_pool *p)
     p->stopping = true;
     pthread_cond_broadcast(&p->cv);
     pthread_cond_broadcast(&p->blk.cv);
+    pthread_cond_broadcast(&p->bg_cv);
+    int bg = p->sched.bg_workers;
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->started; i++)
         pthread_join(p->threads[i], NULL);
+    for (int i = 0; i < bg; i++)
+        pthread_join(p->bg_threads[i], NULL);
     int stuck = kl_pool_blocking_join(p);
     /* the watchdog goes last: it still answers, at their deadline, the
      * jobs of blocking workers that are stuck in a token call */
@@ -128,8 +153,10 @@ void kl_pool_free(kl_pool *p)
     pthread_cond_destroy(&p->wd.cv);
     pthread_cond_destroy(&p->blk.cv);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->bg_cv);
     pthread_mutex_destroy(&p->mu);
     free(p->threads);
+    free(p->bg_threads);
     free(p);
 }
 
@@ -159,6 +186,8 @@ kl_status kl_pool_submit(kl_pool *p, kl_job *job)
         atomic_store_explicit(&q->len, len + 1, memory_order_relaxed);
         if (c != KL_COST_BLOCKING)
             pthread_cond_signal(&p->cv);
+        if (c == KL_COST_SLOW && p->sched.bg_workers && kl_pool_long_slow(job))
+            pthread_cond_signal(&p->bg_cv); /* whoever wakes first */
         else if (p->blk.started > p->blk.want)
             pthread_cond_broadcast(&p->blk.cv); /* a parked thread must not
                                                    take the only signal */

@@ -83,6 +83,12 @@ typedef struct kl_pool_opts {
      * (kl_keystore_token_sessions). 0: KL_POOL_DEFAULT_BLOCKING, started
      * when the first such job comes. */
     int blocking_workers;
+    /* Background workers for long slow jobs (RSA above 2048 bits), beside
+     * the workers, at the idle scheduling class (SCHED_IDLE): the pool is
+     * work-conserving - long RSA uses every CPU no one else wants - while a
+     * shard or a worker that wakes takes its CPU at once (docs/DESIGN.md
+     * "Large RSA: background workers"). 0: as many as workers; < 0: none. */
+    int background_workers;
     /* How long kl_pool_free waits for blocking workers stuck in a token
      * call before it leaves them behind. */
     int stop_grace_ms;

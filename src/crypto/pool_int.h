@@ -39,6 +39,7 @@ typedef struct job_queue {
  * top of that file) */
 typedef struct kl_pool_sched {
     int workers;
+    int bg_workers; /* background workers started (long slow jobs only) */
     int max_slow;
     int slow_running;
     unsigned fast_streak;
@@ -92,6 +93,8 @@ struct kl_pool {
     bool stopping;
     pthread_t *threads; /* the fast and slow workers */
     int started;
+    pthread_cond_t bg_cv; /* background workers wait here */
+    pthread_t *bg_threads;
     kl_pool_blocking blk;
     uint64_t stop_grace_ns;
     struct kl_pool *abandoned_next; /* see kl_pool_free */
@@ -142,6 +145,10 @@ static inline kl_job *kl_pool_pop(job_queue *q)
 void kl_pool_sched_init(kl_pool_sched *s, int workers);
 /* A fast or slow worker's thread (arg: the pool). */
 void *kl_pool_worker_main(void *arg);
+/* A background worker (kl_pool_opts.background_workers). */
+void *kl_pool_bg_main(void *arg);
+/* Whether a queued slow job is long (a background worker may take it). */
+bool kl_pool_long_slow(const kl_job *j);
 
 /* ---- the blocking class (pool_blocking.c) ---- */
 

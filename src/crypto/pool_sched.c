@@ -16,6 +16,11 @@
  * - to keep slow jobs from starving under an endless stream of fast ones, a
  *   waiting slow job is taken after FAST_STREAK fast picks in a row (with a
  *   single worker, every other pick: the two classes alternate).
+ * Background workers (kl_pool_bg_main) take long slow jobs too, beside
+ * these rules and without their bound, at the idle scheduling class: the
+ * CPUs that the rule above keeps for fast work still run RSA-4096 while
+ * nothing else wants them, and give them up at once when a shard or a
+ * worker wakes.
  * The blocking class (PKCS#11 keys) has its own threads (pool_blocking.c):
  * these workers never take its jobs.
  *
@@ -23,10 +28,12 @@
  * its owner to the worker (pool_defer.c), which sends it before it sleeps or
  * before a job when holding it longer is not worth it (kl_pool_may_defer). */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <time.h>
 
+#include "core/log.h"
 #include "core/sched.h"
 #include "core/time.h"
 #include "crypto/pool_int.h"
@@ -48,6 +55,11 @@ static bool short_slow(const kl_job *j)
     return kl_key_bits(j->key) <= SHORT_SLOW_BITS;
 }
 
+bool kl_pool_long_slow(const kl_job *j)
+{
+    return !short_slow(j);
+}
+
 /* Called with the lock held. NULL when there is nothing this worker may
  * take now. */
 static kl_job *pick(kl_pool *p, kl_cost_class *cls)
@@ -64,7 +76,12 @@ static kl_job *pick(kl_pool *p, kl_cost_class *cls)
         s->fast_streak = 0;
         s->slow_running++;
         *cls = KL_COST_SLOW;
-        return kl_pool_pop(&p->q[KL_COST_SLOW]);
+        kl_job *j = kl_pool_pop(&p->q[KL_COST_SLOW]);
+        /* a long job behind it is a background worker's now */
+        const kl_job *next = p->q[KL_COST_SLOW].head;
+        if (next && s->bg_workers && !short_slow(next))
+            pthread_cond_signal(&p->bg_cv);
+        return j;
     }
     if (fast) {
         s->fast_streak = slow_waiting ? s->fast_streak + 1 : 0;
@@ -165,6 +182,38 @@ void *kl_pool_worker_main(void *arg)
     return NULL;
 }
 
+/* A background worker: long slow jobs only, at the head of the slow queue
+ * (FIFO: a short one there is the workers'), with no bound but their
+ * number, in the idle scheduling class, so that any thread that wants the
+ * CPU - a shard, a worker - preempts it at once (docs/DESIGN.md "Large
+ * RSA: background workers"). */
+void *kl_pool_bg_main(void *arg)
+{
+    kl_pool *p = arg;
+    pthread_setname_np(pthread_self(), "kl-worker-bg");
+    struct sched_param sp = {.sched_priority = 0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
+        kl_debug("background worker: cannot enter SCHED_IDLE");
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        const kl_job *head = p->q[KL_COST_SLOW].head;
+        if (head && !short_slow(head)) {
+            kl_job *job = kl_pool_pop(&p->q[KL_COST_SLOW]);
+            pthread_mutex_unlock(&p->mu);
+            run(p, KL_COST_SLOW, job);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        /* a short job at the head is the workers' to finish */
+        if (p->stopping && (!head || short_slow(head)))
+            break;
+        pthread_cond_wait(&p->bg_cv, &p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    kl_crypto_thread_cleanup();
+    return NULL;
+}
+
 void kl_pool_run_here(kl_pool *p, kl_job *job)
 {
     exec_job(p, kl_crypto_cost_class(job->key), job);
@@ -190,8 +239,10 @@ uint64_t kl_pool_wait_estimate(const kl_pool *p, kl_cost_class c)
             return 0;
         return avg * (queued + (uint64_t)busy) / (uint64_t)lanes + avg;
     }
-    /* workers and max_slow change only at creation */
+    /* workers, max_slow and the background workers change only at
+     * creation */
     uint64_t lanes =
-        (uint64_t)(c == KL_COST_SLOW ? p->sched.max_slow : p->sched.workers);
+        (uint64_t)(c == KL_COST_SLOW ? p->sched.max_slow + p->sched.bg_workers
+                                     : p->sched.workers);
     return avg * queued / (lanes ? lanes : 1) + avg;
 }

@@ -362,6 +362,20 @@ static const kl_option options[] = {
      .metavar = "N",
      .help = "crypto worker threads (0: one per CPU)",
      .group = G_LIMITS},
+    {.name = "background_workers",
+     .type = KL_OPT_INT,
+     .offset = P(background_workers),
+     .min = -1,
+     .max = 1024,
+     .env = "KEYLESS_BACKGROUND_WORKERS",
+     .flag = "background-workers",
+     .metavar = "N",
+     .help = "threads in the idle scheduling class (SCHED_IDLE) that run "
+             "long RSA operations (above 2048 bits) beside the workers, so "
+             "that RSA-3072/4096 use every CPU nothing else wants and give "
+             "it up at once to any other thread (0: one per worker; -1: "
+             "none - long RSA then never takes the last worker)",
+     .group = G_LIMITS},
     {.name = "realtime_priority",
      .type = KL_OPT_INT,
      .offset = F(realtime_priority),

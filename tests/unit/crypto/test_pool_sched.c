@@ -9,7 +9,9 @@
  * call (slowexec.h). */
 #include "cryptotest.h"
 
+#include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -178,12 +180,14 @@ static void test_short_slow_uses_every_worker(void **state)
 
 /* Long slow jobs (RSA above 2048 bits: RSA-3072 here, each made to take
  * 50 ms) never take the last worker, even with no fast job waiting: a fast
- * one that comes finds it free. */
+ * one that comes finds it free. (Without background workers: they would
+ * run the others beside it.) */
 static void test_long_slow_keeps_a_worker(void **state)
 {
     (void)state;
     kl_pool_opts o = kl_pool_defaults;
     o.workers = 2;
+    o.background_workers = -1;
     kl_pool *p = kl_pool_new(&o);
     enum { N = 4 };
     static tjob t[N], fast;
@@ -213,6 +217,7 @@ static void test_rsa3072_is_long(void **state)
     const kl_key *big = ct_key(ks, "rsa-3072");
     kl_pool_opts o = kl_pool_defaults;
     o.workers = 2;
+    o.background_workers = -1;
     kl_pool *p = kl_pool_new(&o);
     enum { N = 12 };
     static tjob t[N];
@@ -224,6 +229,69 @@ static void test_rsa3072_is_long(void **state)
     for (int i = 0; i < N; i++)
         assert_int_equal(t[i].job.err, KL_ERR_NONE);
     assert_int_equal(overlaps(t, N), 0);
+    kl_pool_free(p);
+}
+
+/* Most jobs running at once. */
+static int peak(const tjob *t, int n)
+{
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        int at = 0;
+        for (int j = 0; j < n; j++)
+            at += t[j].job.started_ns <= t[i].job.started_ns &&
+                  t[i].job.started_ns < t[j].done_ns;
+        best = at > best ? at : best;
+    }
+    return best;
+}
+
+/* The background workers (pool.h): long slow jobs use them beside the one
+ * worker the rule allows - 3 at once with 2 workers and 2 background
+ * workers - while the last worker stays free: a fast job is not behind
+ * them. Their threads are in SCHED_IDLE. */
+static void test_background_workers(void **state)
+{
+    (void)state;
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 2;
+    kl_pool *p = kl_pool_new(&o);
+    enum { N = 9 };
+    static tjob t[N], fast;
+    for (int i = 0; i < N; i++) {
+        make_job(&t[i], ct_key(ks, "rsa-3072"), KL_OP_RSA_SIGN_SHA256,
+                 (uint8_t)i);
+        slow_job(&t[i].job, 50000);
+        assert_int_equal(kl_pool_submit(p, &t[i].job), KL_OK);
+    }
+    usleep(20000);
+    make_job(&fast, ct_key(ks, "ecdsa-p256"), KL_OP_ECDSA_SIGN_SHA256, 9);
+    uint64_t t0 = kl_now_ns();
+    assert_int_equal(kl_pool_submit(p, &fast.job), KL_OK);
+    wait_done(N + 1);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(t[i].job.err, KL_ERR_NONE);
+    print_message("long slow jobs at once: %d; fast job: %.1f ms\n", peak(t, N),
+                  (fast.done_ns - t0) / 1e6);
+    assert_int_equal(peak(t, N), 3);
+    assert_true(fast.done_ns - t0 < 40000000ull);
+    /* their scheduling class */
+    int idle = 0;
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(comm, sizeof comm, f) &&
+            strncmp(comm, "kl-worker-bg", 12) == 0)
+            idle += sched_getscheduler(atoi(e->d_name)) == SCHED_IDLE;
+        fclose(f);
+    }
+    closedir(d);
+    assert_int_equal(idle, 2);
     kl_pool_free(p);
 }
 
@@ -248,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_short_slow_uses_every_worker),
         cmocka_unit_test(test_long_slow_keeps_a_worker),
         cmocka_unit_test(test_rsa3072_is_long),
+        cmocka_unit_test(test_background_workers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
