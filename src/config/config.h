@@ -57,8 +57,9 @@ typedef struct kl_config {
     char *private_key_dirs;  /* comma list: replaces private_key_stores */
     char *private_key_files; /* comma list: replaces private_key_stores */
     bool allow_group_readable_keys;
-    char *key_propquery;   /* for key operations; unset: defaults */
-    char *async_providers; /* comma list; unset: none */
+    char *openssl_providers; /* comma list of names or module paths */
+    char *key_propquery;     /* for key operations; unset: defaults */
+    char *async_providers;   /* comma list; unset: none */
     bool watch_key_dirs;
     uint64_t watch_delay_ns;
     bool auto_renew;

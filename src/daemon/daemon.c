@@ -99,8 +99,26 @@ int kl_daemon_main(int argc, char **argv, const char *version)
                         (size_t)kl_settings_of(cfg)->server.max_connections),
     };
 
+    /* Signals are taken through a signalfd in the main thread; every
+     * thread started from here on inherits the blocked mask - a provider's
+     * own threads too (openssl_providers), so they are loaded after it. A
+     * write to a closed socket must be an error, not a SIGPIPE. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (!kl_daemon_load_providers(cfg)) {
+        kl_error("not starting: fix openssl_providers");
+        kl_config_free(cfg);
+        return 1;
+    }
     if (cfg->check || cfg->keystore_debug || cfg->config_only ||
         cfg->manual_activation) {
+        /* a mode that reports: ^C ends it as usual */
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
         if (cfg->check)
             rc = kl_daemon_check(cfg, earlier);
         else if (cfg->keystore_debug)
@@ -113,16 +131,6 @@ int kl_daemon_main(int argc, char **argv, const char *version)
         return rc;
     }
 
-    /* Signals are taken through a signalfd in the main thread; every
-     * thread started from here on inherits the blocked mask. A write to a
-     * closed socket must be an error, not a SIGPIPE. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
 
     /* activation: enrol, renew or refuse before loading */
     if (kl_activate_startup(cfg) != 0) {

@@ -23,6 +23,9 @@ int kl_daemon_main(int argc, char **argv, const char *version);
  * --check, --keystore-debug): a key or store that fails is reported and
  * skipped; otherwise the first failure stops the load (NULL). Key
  * directories holding certificates are reported (warnings). */
+/* Loads openssl_providers (docs/OPERATIONS.md "Accelerators and provider
+ * keys") before any key; false, each failure logged, when one cannot be. */
+bool kl_daemon_load_providers(const kl_config *cfg);
 kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
                                  kl_problems *p);
 /* Explains what is wrong with auth_cert, auth_key and cloudflare_ca_cert

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/err.h>
+#include <openssl/provider.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -45,6 +48,70 @@ static size_t heap_in_use(void)
 #else
     return 0;
 #endif
+}
+
+/* One entry of openssl_providers: a provider's name, found where OpenSSL
+ * finds modules (OPENSSL_MODULES, else its own directory), or the path of
+ * its module, which names it by its file name without ".so". */
+static bool load_provider(const char *entry)
+{
+    char dir[1024], name[256];
+    const char *slash = strrchr(entry, '/');
+    if (slash) {
+        size_t dl = (size_t)(slash - entry);
+        snprintf(dir, sizeof dir, "%.*s", (int)(dl ? dl : 1), entry);
+        snprintf(name, sizeof name, "%s", slash + 1);
+        size_t nl = strlen(name);
+        if (nl > 3 && strcmp(name + nl - 3, ".so") == 0)
+            name[nl - 3] = '\0';
+        if (!OSSL_PROVIDER_set_default_search_path(NULL, dir))
+            return false;
+    } else {
+        snprintf(name, sizeof name, "%s", entry);
+    }
+    OSSL_PROVIDER *pr = OSSL_PROVIDER_load(NULL, name);
+    if (slash)
+        OSSL_PROVIDER_set_default_search_path(NULL, NULL);
+    if (!pr) {
+        unsigned long e = ERR_peek_last_error();
+        kl_error("openssl_providers: cannot load \"%s\"%s%s; give the "
+                 "provider's name as OpenSSL finds it (OPENSSL_MODULES) or "
+                 "the path of its module",
+                 entry, e ? ": " : "", e ? ERR_reason_error_string(e) : "");
+        ERR_clear_error();
+        return false;
+    }
+    kl_info("OpenSSL provider %s loaded", OSSL_PROVIDER_get0_name(pr));
+    return true; /* kept for the life of the process */
+}
+
+bool kl_daemon_load_providers(const kl_config *cfg)
+{
+    const char *list = cfg->openssl_providers;
+    if (!list || !*list)
+        return true;
+    /* loading one by hand ends OpenSSL's loading of the default provider
+     * on first use: load it too, first, so that it stays what answers
+     * when nothing else was asked for */
+    if (!OSSL_PROVIDER_load(NULL, "default")) {
+        kl_error("openssl_providers: cannot load OpenSSL's default provider");
+        return false;
+    }
+    bool ok = true;
+    for (const char *at = list; *at;) {
+        size_t n = strcspn(at, ",");
+        char entry[1024];
+        snprintf(entry, sizeof entry, "%.*s", (int)n, at);
+        char *e = entry;
+        while (*e == ' ')
+            e++;
+        for (size_t l = strlen(e); l && e[l - 1] == ' '; l--)
+            e[l - 1] = '\0';
+        if (*e && strcmp(e, "default") != 0)
+            ok &= load_provider(e);
+        at += n + (at[n] == ',');
+    }
+    return ok;
 }
 
 kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,

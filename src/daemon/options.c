@@ -216,6 +216,17 @@ static const kl_option options[] = {
              "refused regardless)",
      .flags = KL_OPTF_RELOADABLE,
      .group = G_KEYS},
+    {.name = "openssl_providers",
+     .type = KL_OPT_STRING,
+     .offset = F(openssl_providers),
+     .env = "KEYLESS_OPENSSL_PROVIDERS",
+     .flag = "openssl-providers",
+     .metavar = "NAME|PATH,...",
+     .help = "OpenSSL providers to load at start, beside the default one "
+             "(and what openssl.cnf loads): a name OpenSSL finds in its "
+             "modules directory (OPENSSL_MODULES), or the path of the "
+             "module, named by its file name without .so (unset: none)",
+     .group = G_KEYS},
     {.name = "key_propquery",
      .type = KL_OPT_STRING,
      .offset = F(key_propquery),

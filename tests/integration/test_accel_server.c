@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* keylessd with an accelerator: the test accelerator provider
- * (tests/accel) loaded through openssl.cnf, preferred for key operations
- * (key_propquery) and named in async_providers, so its keys' operations run as
- * ASYNC jobs on the shard (docs/DESIGN.md "Accelerators: ASYNC jobs").
+ * (tests/accel) loaded by openssl_providers (its module's path), preferred
+ * for key operations (key_propquery) and named in async_providers, so its keys'
+ * operations run as ASYNC jobs on the shard (docs/DESIGN.md "Accelerators:
+ * ASYNC jobs").
  * - ECDSA and RSA-PSS signatures made on the device verify with OpenSSL;
  *   --keystore-debug says which keys are "async";
  * - 64 requests at once on one connection to a 50 ms device take about one
@@ -32,6 +33,7 @@
 #define MANY 64
 
 static td_daemon d;
+static char a_providers[PATH_MAX + 32];
 static uint16_t mport;
 static char *dir;
 static char ctl_path[PATH_MAX];
@@ -92,6 +94,7 @@ static void test_signs(void **state)
     snprintf(keys, sizeof keys, "--private-key-dirs=%s/keys", dir);
     const char *argv[] = {"keylessd",
                           keys,
+                          a_providers,
                           "--async-providers=kl_accel",
                           "--key-propquery=?provider=kl_accel",
                           "--keystore-debug",
@@ -220,33 +223,13 @@ static void test_stopped_device(void **state)
     kl_client_close(c);
 }
 
-static void write_cnf(const char *path, const char *module)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "openssl_conf = openssl_init\n"
-            "[openssl_init]\n"
-            "providers = provider_sect\n"
-            "[provider_sect]\n"
-            "default = default_sect\n"
-            "kl_accel = accel_sect\n"
-            "[default_sect]\n"
-            "activate = 1\n"
-            "[accel_sect]\n"
-            "module = %s\n"
-            "activate = 1\n",
-            module);
-    fclose(f);
-}
-
 static int setup(void **state)
 {
     (void)state;
     const char *module = getenv("KL_ACCEL");
     assert_non_null(module);
     dir = tp_tempdir("accel-server");
-    char keys[PATH_MAX], cnf[PATH_MAX];
+    char keys[PATH_MAX];
     snprintf(keys, sizeof keys, "%s/keys", dir);
     tu_sh("mkdir -p %s", keys);
     tp_copy_key(keys, tp_path("keys/ecdsa-p256.key"));
@@ -258,17 +241,15 @@ static int setup(void **state)
     tp_ski(rsa_pub, rsa_ski);
     tp_ski(ec_pub, ec_ski);
     tp_ski(ed_pub, ed_ski);
-    snprintf(cnf, sizeof cnf, "%s/openssl.cnf", dir);
-    write_cnf(cnf, module);
     snprintf(ctl_path, sizeof ctl_path, "%s/accel.ctl", dir);
-    /* keylessd inherits both */
-    setenv("OPENSSL_CONF", cnf, 1);
+    /* keylessd inherits it */
     setenv("KL_ACCEL_CTL", ctl_path, 1);
+    snprintf(a_providers, sizeof a_providers, "--openssl-providers=%s", module);
     ctl("latency_us=1000\n");
     static char a_mport[64];
     mport = tn_free_port();
     snprintf(a_mport, sizeof a_mport, "--metrics-port=%u", mport);
-    static const char *extra[] = {"--async-providers=kl_accel",
+    static const char *extra[] = {a_providers, "--async-providers=kl_accel",
                                   "--key-propquery=?provider=kl_accel", a_mport,
                                   NULL};
     td_opts o = {
