@@ -131,7 +131,6 @@ int kl_daemon_main(int argc, char **argv, const char *version)
         return rc;
     }
 
-
     /* activation: enrol, renew or refuse before loading */
     if (kl_activate_startup(cfg) != 0) {
         kl_error("not starting: see the activation messages above");

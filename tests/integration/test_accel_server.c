@@ -15,6 +15,7 @@
  *   accelerator has none: OpenSSL's own code signs it) and pings answer at
  *   once. */
 #include "daemon.h"
+#include "accelctl.h"
 #include "net.h"
 #include "pki.h"
 #include "testutil.h"
@@ -42,14 +43,7 @@ static uint8_t rsa_ski[20], ec_ski[20], ed_ski[20];
 
 static void ctl(const char *text)
 {
-    char tmp[PATH_MAX + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", ctl_path);
-    FILE *f = fopen(tmp, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    assert_int_equal(rename(tmp, ctl_path), 0);
-    usleep(60 * 1000); /* the provider looks every 50 ms */
+    accel_ctl(ctl_path, text);
 }
 
 static kl_request_spec sign_spec(uint8_t op, const uint8_t *ski,

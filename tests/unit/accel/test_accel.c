@@ -24,6 +24,7 @@
 #include <openssl/rsa.h>
 
 #include "accel.h"
+#include "accelctl.h"
 
 #define MAXJOBS 64
 
@@ -39,18 +40,9 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Writes the control file atomically and waits for the provider's next
- * look at it (it looks at most every 50 ms). */
 static void ctl(const char *text)
 {
-    char tmp[300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", ctl_path);
-    FILE *f = fopen(tmp, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    assert_int_equal(rename(tmp, ctl_path), 0);
-    usleep(60 * 1000);
+    accel_ctl(ctl_path, text);
 }
 
 typedef struct sign_job {

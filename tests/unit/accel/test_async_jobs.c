@@ -26,6 +26,7 @@
 #include <openssl/rsa.h>
 
 #include "accel.h"
+#include "accelctl.h"
 #include "core/time.h"
 #include "crypto/async.h"
 #include "keys/keystore.h"
@@ -151,14 +152,7 @@ static void pump(kl_async *a, unsigned want, int timeout_ms)
 
 static void ctl(const char *text)
 {
-    char tmp[300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", ctl_path);
-    FILE *f = fopen(tmp, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    assert_int_equal(rename(tmp, ctl_path), 0);
-    usleep(60 * 1000);
+    accel_ctl(ctl_path, text);
 }
 
 static kl_async *new_async(unsigned max)
