@@ -154,8 +154,8 @@ int kl_crypto_compare_be(const uint8_t *a, const uint8_t *b, size_t k)
 /* protocol P4: the raw m = c^d mod n, left-padded to k; leading zero bytes
  * in c are allowed, c > n is a crypto error and c == n gives zeros (as the
  * reference does; OpenSSL itself refuses c >= n). */
-static uint8_t rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
-                           uint8_t *out, size_t outcap, size_t *out_len)
+static kl_status rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
+                             uint8_t *out, size_t outcap, size_t *out_len)
 {
     size_t k = e->k;
     while (inlen > 0 && in[0] == 0) {
@@ -163,18 +163,18 @@ static uint8_t rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
         inlen--;
     }
     if (inlen > k)
-        return KL_ERR_CRYPTO;
+        return KL_E_CRYPTO;
     if (outcap < k)
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     uint8_t *c = OPENSSL_zalloc(k);
     if (!c)
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     if (inlen)
         memcpy(c + (k - inlen), in, inlen);
-    uint8_t err = KL_ERR_NONE;
+    kl_status err = KL_OK;
     int cmp = kl_crypto_compare_be(c, e->modulus, k);
     if (cmp > 0) {
-        err = KL_ERR_CRYPTO;
+        err = KL_E_CRYPTO;
     } else if (cmp == 0) {
         memset(out, 0, k);
         *out_len = k;
@@ -182,7 +182,7 @@ static uint8_t rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
         size_t n = outcap;
         if (EVP_PKEY_decrypt(e->pctx, out, &n, c, k) != 1 || n != k) {
             kl_ctx_cache_drop(e);
-            err = KL_ERR_CRYPTO;
+            err = KL_E_CRYPTO;
         } else {
             *out_len = k;
         }
@@ -193,8 +193,9 @@ static uint8_t rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
 
 /* ---- entry point -------------------------------------------------------- */
 
-static uint8_t sign(kl_ctx_entry *e, op_family fam, const uint8_t *in,
-                    size_t inlen, uint8_t *out, size_t outcap, size_t *out_len)
+static kl_status sign(kl_ctx_entry *e, op_family fam, const uint8_t *in,
+                      size_t inlen, uint8_t *out, size_t outcap,
+                      size_t *out_len)
 {
     size_t n = outcap;
     int ok;
@@ -213,38 +214,38 @@ static uint8_t sign(kl_ctx_entry *e, op_family fam, const uint8_t *in,
     }
     if (!ok) {
         kl_ctx_cache_drop(e);
-        return KL_ERR_CRYPTO;
+        return KL_E_CRYPTO;
     }
     *out_len = n;
-    return KL_ERR_NONE;
+    return KL_OK;
 }
 
-uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
-                       const uint8_t *payload, size_t plen, uint8_t *out,
-                       size_t outcap, size_t *out_len)
+kl_status kl_crypto_exec(const kl_key *key, uint8_t opcode,
+                         const uint8_t *payload, size_t plen, uint8_t *out,
+                         size_t outcap, size_t *out_len)
 {
     return kl_crypto_exec_deadline(key, opcode, payload, plen, out, outcap,
                                    out_len, 0);
 }
 
-uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
-                                const uint8_t *payload, size_t plen,
-                                uint8_t *out, size_t outcap, size_t *out_len,
-                                uint64_t deadline_ns)
+kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
+                                  const uint8_t *payload, size_t plen,
+                                  uint8_t *out, size_t outcap, size_t *out_len,
+                                  uint64_t deadline_ns)
 {
     *out_len = 0;
     op_spec sp = spec_of(opcode);
     if (sp.fam == FAM_NONE)
-        return KL_ERR_BAD_OPCODE;
+        return KL_E_BAD_OPCODE;
     if (!key)
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     /* protocol P4: the opcode must fit the key type */
     if (kl_key_get_type(key) != key_type_for(sp.fam))
-        return KL_ERR_CRYPTO;
+        return KL_E_CRYPTO;
     if (sp.dlen && plen != sp.dlen)
-        return KL_ERR_CRYPTO; /* an RSA or PSS digest of the wrong length */
+        return KL_E_CRYPTO; /* an RSA or PSS digest of the wrong length */
     if (outcap < kl_crypto_max_output(key))
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     if (kl_key_get_backend(key) == KL_BACKEND_PKCS11)
         return kl_p11_exec(key, opcode, payload, plen, out, outcap, out_len,
                            deadline_ns);
@@ -255,18 +256,18 @@ uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
     size_t dlen;
     const uint8_t *d;
     if (sp.fam == FAM_ECDSA && (d = kl_key_ec_scalar(key, &dlen))) {
-        uint8_t err = kl_ec_sign_scalar(kl_key_curve(key), d, dlen, payload,
-                                        plen, out, out_len);
+        kl_status err = kl_ec_sign_scalar(kl_key_curve(key), d, dlen, payload,
+                                          plen, out, out_len);
         ERR_clear_error();
         return err;
     }
     EVP_PKEY *pkey = kl_key_pkey(key);
     kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, setup);
-    uint8_t err;
+    kl_status err;
     if (!e)
         err = sp.fam == FAM_RSA_DECRYPT && EVP_PKEY_get_size(pkey) < 11
-                  ? KL_ERR_CRYPTO /* P4: modulus under 11 bytes */
-                  : KL_ERR_INTERNAL;
+                  ? KL_E_CRYPTO /* P4: modulus under 11 bytes */
+                  : KL_E_INTERNAL;
     else if (sp.fam == FAM_RSA_DECRYPT)
         err = rsa_decrypt(e, payload, plen, out, outcap, out_len);
     else

@@ -90,12 +90,12 @@ void kl_mx_job_complete(kl_shard *s, const kl_srv_job *j)
     if (s->obs.tr && j->trace.sampled)
         tr_job_spans(s, j);
     if (!s->obs.mx || !j->t0_ns || !j->done_ns) {
-        kl_mx_request_done(s, j->job.opcode, j->job.err, 0, 0);
+        kl_mx_request_done(s, j->job.opcode, kl_status_to_p6(j->job.err), 0, 0);
         return;
     }
     kl_metrics_queue_wait(s->obs.mx, (int)kl_crypto_cost_class(j->job.key),
                           j->start_ns - j->t0_ns);
-    kl_mx_request_done(s, j->job.opcode, j->job.err, j->t0_ns,
+    kl_mx_request_done(s, j->job.opcode, kl_status_to_p6(j->job.err), j->t0_ns,
                        j->done_ns - j->start_ns);
 }
 
@@ -273,6 +273,7 @@ void kl_tr_request_end_(kl_conn *c, const kl_req_trace *rt, int err)
 static void tr_job_spans(kl_shard *s, const kl_srv_job *j)
 {
     const kl_trace_ref *ref = &j->trace;
+    uint8_t err = kl_status_to_p6(j->job.err);
     uint64_t queued = j->queued_ns ? j->queued_ns : j->t0_ns;
     /* the pool's own start time when it ran the job; inline jobs and jobs
      * that never ran have none */
@@ -294,15 +295,15 @@ static void tr_job_spans(kl_shard *s, const kl_srv_job *j)
         sp.span_id = kl_trace_ring_new_id(s->obs.tr);
         sp.parent_id = ref->span_id;
         kl_span_attr_str(&sp, "keyless.opcode", kl_op_name(j->job.opcode));
-        kl_span_attr_str(&sp, "keyless.error", kl_err_text(j->job.err));
-        if (j->job.err != KL_ERR_NONE) {
+        kl_span_attr_str(&sp, "keyless.error", kl_err_text(err));
+        if (err != KL_ERR_NONE) {
             sp.error = true;
             snprintf(sp.status_msg, sizeof sp.status_msg, "%s",
-                     kl_err_text(j->job.err));
+                     kl_err_text(err));
         }
         kl_trace_ring_emit(s->obs.tr, &sp);
     }
-    tr_server_span(s, j->conn, ref, j->job.opcode, j->job.err, j->t0_ns,
+    tr_server_span(s, j->conn, ref, j->job.opcode, err, j->t0_ns,
                    j->request_id);
 }
 

@@ -99,12 +99,12 @@ void kl_conn_complete(kl_conn *c, kl_srv_job *j)
     kl_mx_job_complete(s, j);
     if (c->state == KL_CONN_CLOSED)
         return; /* nobody to answer; the shard frees c when inflight is 0 */
-    if (j->job.err != KL_ERR_NONE) {
-        if (j->job.err == KL_ERR_INTERNAL) {
+    if (j->job.err != KL_OK) {
+        if (j->job.err == KL_E_INTERNAL) {
             KL_COUNT(s->st.shed); /* deadline passed before it ran */
             kl_metrics_shed(s->obs.mx, KL_SHED_DEADLINE);
         }
-        answer_error(c, j->id, j->job.err, j->request_id,
+        answer_error(c, j->id, kl_status_to_p6(j->job.err), j->request_id,
                      kl_op_name(j->job.opcode));
     } else if (kl_outbuf_response(&c->out, j->id, KL_OP_RESPONSE, j->job.out,
                                   j->job.out_len) != KL_OK) {

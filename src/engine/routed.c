@@ -64,7 +64,7 @@ static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
     kl_srv_rjob *rj = arg;
     if (rj->t0_ns)
         rj->done_ns = kl_now_ns();
-    rj->job.err = err;
+    rj->job.err = kl_status_from_p6(err);
     rj->job.out = NULL;
     rj->job.out_len = 0;
     if (err == KL_ERR_NONE && len) {
@@ -73,7 +73,7 @@ static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
             memcpy(rj->job.out, payload, len);
             rj->job.out_len = len;
         } else {
-            rj->job.err = KL_ERR_INTERNAL;
+            rj->job.err = KL_E_INTERNAL;
         }
     }
     kl_shard *s = rj->job.owner;
@@ -186,17 +186,18 @@ void kl_routed_complete(kl_shard *s, kl_job *j)
     unlink_rjob(rj);
     c->inflight--;
     atomic_fetch_sub(&s->srv->inflight, 1);
+    uint8_t err = kl_status_to_p6(j->err);
     /* exec: the remote path, from the hand-over to the router's answer */
-    kl_mx_request_done(s, j->opcode, j->err, rj->t0_ns,
+    kl_mx_request_done(s, j->opcode, err, rj->t0_ns,
                        rj->done_ns > rj->sent_ns ? rj->done_ns - rj->sent_ns
                                                  : 0);
     if (rj->trace.sampled)
-        kl_tr_routed_spans(s, c, &rj->trace, rj->route_span, j->opcode, j->err,
+        kl_tr_routed_spans(s, c, &rj->trace, rj->route_span, j->opcode, err,
                            rj->t0_ns, rj->sent_ns, rj->done_ns, rj->request_id);
     if (c->state != KL_CONN_CLOSED) {
         const char *rid = rj->request_id[0] ? rj->request_id : NULL;
-        if (j->err != KL_ERR_NONE) {
-            kl_conn_answer_error(c, rj->id, j->err, rid, routed_why(j->err));
+        if (err != KL_ERR_NONE) {
+            kl_conn_answer_error(c, rj->id, err, rid, routed_why(err));
         } else if (kl_outbuf_response(&c->out, rj->id, KL_OP_RESPONSE, j->out,
                                       j->out_len) != KL_OK) {
             kl_conn_answer_error(c, rj->id, KL_ERR_INTERNAL, rid,
