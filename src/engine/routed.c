@@ -58,16 +58,16 @@ static void unlink_rjob(kl_srv_rjob *rj)
 /* On the router thread: keep the answer and hand the request back to its
  * shard (as kl_shard_job_done does for crypto jobs), marking it finished
  * in the same critical section. */
-static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
+static void rjob_done(void *arg, kl_status err, const uint8_t *payload,
                       size_t len)
 {
     kl_srv_rjob *rj = arg;
     if (rj->t0_ns)
         rj->done_ns = kl_now_ns();
-    rj->job.err = kl_status_from_p6(err);
+    rj->job.err = err;
     rj->job.out = NULL;
     rj->job.out_len = 0;
-    if (err == KL_ERR_NONE && len) {
+    if (err == KL_OK && len) {
         rj->job.out = malloc(len);
         if (rj->job.out) {
             memcpy(rj->job.out, payload, len);
