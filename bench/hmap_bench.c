@@ -397,12 +397,13 @@ static void bench_ctx_cache(int runs, uint32_t nkeys)
         oc_free();
 
         for (size_t i = 0; i < CC_OPS; i++)
-            kl_ctx_cache_get(k[pick[i]], 1, count_setup);
+            kl_ctx_cache_get(k[pick[i]], 1, NULL, count_setup);
         setups = 0;
         t0 = kl_now_ns();
         for (size_t i = 0; i < CC_OPS; i++)
             sink +=
-                (uintptr_t)kl_ctx_cache_get(k[pick[i]], 1, count_setup)->pkey;
+                (uintptr_t)kl_ctx_cache_get(k[pick[i]], 1, NULL, count_setup)
+                    ->pkey;
         t1 = kl_now_ns();
         get.new_ns[r] = (double)(t1 - t0) / CC_OPS;
         new_miss = setups;

@@ -3,12 +3,12 @@
 #   make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]
 #   cmake --install BUILD [--prefix P]       (DESTDIR from the environment)
 # Layout, with the prefix P:
-#   P/sbin/keylessd, P/bin/keyless-cli, P/bin/keyless-bench
+#   P/sbin/keylessd, P/bin/keyless-cli, P/bin/keyless-bench, P/bin/keyless-seal
 #   P/lib/libkeyless.so.0 (+ .so link), P/include/keyless/*.h,
 #   P/lib/pkgconfig/keyless.pc     libkeyless (CMakeLists.txt; lib/ is
 #                                  GNUInstallDirs' libdir)
 #   P/share/man/man8/keylessd.8.gz, man1/keyless-cli.1.gz, keyless-bench.1.gz,
-#   keyless-keyref.1.gz
+#   keyless-keyref.1.gz, keyless-seal.1.gz
 #   P/share/doc/keylessd/           README.md and every docs/*.md
 #   P/share/doc/keylessd/examples/monitoring/  alerting rules, dashboard
 #   P/lib/systemd/system/keylessd.service   (ExecStart pointing into P)
@@ -37,7 +37,8 @@ endif()
 # Man pages, compressed at build time (gzip -n: no name or time stamp, so
 # the package is reproducible).
 set(KL_MAN_OUT "")
-foreach(page keylessd.8 keyless-cli.1 keyless-bench.1 keyless-keyref.1)
+foreach(page keylessd.8 keyless-cli.1 keyless-bench.1 keyless-keyref.1
+             keyless-seal.1)
   set(src ${CMAKE_CURRENT_SOURCE_DIR}/packaging/man/${page})
   if(NOT EXISTS ${src})
     continue()

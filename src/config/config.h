@@ -54,6 +54,9 @@ typedef struct kl_config {
     char *private_key_dirs;  /* comma list: replaces private_key_stores */
     char *private_key_files; /* comma list: replaces private_key_stores */
     bool allow_group_readable_keys;
+    char *key_propquery;   /* for key operations; unset: defaults */
+    char *async_providers; /* comma list; unset: none */
+    int max_async_jobs;    /* per shard */
     bool watch_key_dirs;
     uint64_t watch_delay_ns;
     bool auto_renew;
@@ -105,6 +108,9 @@ typedef struct kl_config {
     char *router_dns_server; /* unset: resolv.conf's */
     uint64_t router_conn_idle_timeout_ns;
     uint64_t router_answer_hold_ns; /* 0: no batching */
+    /* sealed keys (docs/SEALING.md; options_seal.inc) */
+    char *sealing_key;        /* unset: *.sealed files are held elsewhere */
+    char *sealing_attributes; /* "name=value,..."; unset: not checked */
     /* modes (flags only) */
     bool help, help_markdown, help_man, version, check, keystore_debug,
         output_config, config_only, manual_activation, renew;

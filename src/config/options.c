@@ -172,6 +172,31 @@ static const kl_option options[] = {
              "refused regardless)",
      .flags = KL_OPTF_RELOADABLE,
      .group = G_KEYS},
+    {.name = "key_propquery",
+     .type = KL_OPT_STRING,
+     .offset = F(key_propquery),
+     .env = "KEYLESS_KEY_PROPQUERY",
+     .flag = "key-propquery",
+     .metavar = "QUERY",
+     .help = "OpenSSL property query for key operations only, e.g. "
+             "?provider=qatprovider: a provider loaded through openssl.cnf "
+             "(OPENSSL_CONF) signs with the keys while TLS and everything "
+             "else keep OpenSSL's default properties (unset: the defaults)",
+     .flags = KL_OPTF_RELOADABLE,
+     .group = G_KEYS},
+    {.name = "async_providers",
+     .type = KL_OPT_STRING,
+     .offset = F(async_providers),
+     .env = "KEYLESS_ASYNC_PROVIDERS",
+     .flag = "async-providers",
+     .metavar = "NAME,...",
+     .help = "OpenSSL providers (loaded through openssl.cnf) whose "
+             "signatures pause an ASYNC job while a device works, e.g. an "
+             "accelerator card's: their keys' operations run as ASYNC jobs "
+             "on the shards, many at once. Keys signed by any other "
+             "non-built-in provider (a TPM) run on blocking workers",
+     .flags = KL_OPTF_RELOADABLE,
+     .group = G_KEYS},
     {.name = "watch_key_dirs",
      .type = KL_OPT_BOOL,
      .offset = F(watch_key_dirs),
@@ -391,6 +416,18 @@ static const kl_option options[] = {
      .help = "answer `internal error` instead of running a request that "
              "waited longer than this (0: sign_timeout, if set, else no "
              "limit)",
+     .group = G_LIMITS},
+    {.name = "max_async_jobs",
+     .type = KL_OPT_INT,
+     .offset = F(max_async_jobs),
+     .min = 1,
+     .max = 65536,
+     .def = "256",
+     .env = "KEYLESS_MAX_ASYNC_JOBS",
+     .flag = "max-async-jobs",
+     .metavar = "N",
+     .help = "operations of async_providers' keys in progress at once per "
+             "shard; more wait for a blocking worker",
      .group = G_LIMITS},
     {.name = "sign_timeout",
      .type = KL_OPT_DURATION,
@@ -646,6 +683,9 @@ static const kl_option options[] = {
 
 /* ---- geo routing: its rows live in options_router.inc ---- */
 #include "config/options_router.inc"
+
+/* ---- sealed keys: options_seal.inc ---- */
+#include "config/options_seal.inc"
 
     /* ---- modes ---- */
     {.name = "check",

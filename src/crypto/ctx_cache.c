@@ -96,7 +96,7 @@ static void evict_one(cache *c)
 }
 
 kl_ctx_entry *kl_ctx_cache_get(EVP_PKEY *pkey, uint8_t opcode,
-                               kl_ctx_setup_fn setup)
+                               const char *propq, kl_ctx_setup_fn setup)
 {
     /* In a position-independent library each use of a thread-local costs
      * a call to find it, and the compiler takes it anew for every use:
@@ -133,6 +133,7 @@ kl_ctx_entry *kl_ctx_cache_get(EVP_PKEY *pkey, uint8_t opcode,
     }
     s->e.pkey = pkey;
     s->e.opcode = opcode;
+    s->e.propq = propq;
     if (!setup(&s->e)) {
         kl_ctx_cache_drop(&s->e);
         return NULL;

@@ -23,6 +23,7 @@
 typedef struct kl_ctx_entry {
     EVP_PKEY *pkey; /* referenced; NULL = empty slot */
     uint8_t opcode;
+    const char *propq;  /* property query for its fetches, or NULL */
     EVP_PKEY_CTX *pctx; /* RSA, PSS, ECDSA: initialised for the opcode */
     EVP_MD_CTX *mctx;   /* Ed25519: initialised for signing */
     uint8_t *modulus;   /* RSA decrypt: n as k big-endian bytes */
@@ -32,10 +33,11 @@ typedef struct kl_ctx_entry {
 /* Sets up e for (pkey, opcode); on failure e stays empty. */
 typedef int (*kl_ctx_setup_fn)(kl_ctx_entry *e);
 
-/* The entry for (pkey, opcode) on this thread, set up by setup on a miss.
- * NULL on failure (out of memory, OpenSSL refused the setup). */
+/* The entry for (pkey, opcode) on this thread, set up by setup on a miss
+ * (with e->propq = propq: a key's property query does not change while the
+ * key lives). NULL on failure (out of memory, OpenSSL refused the setup). */
 kl_ctx_entry *kl_ctx_cache_get(EVP_PKEY *pkey, uint8_t opcode,
-                               kl_ctx_setup_fn setup);
+                               const char *propq, kl_ctx_setup_fn setup);
 /* Drops an entry whose context may be in a bad state after a failure. */
 void kl_ctx_cache_drop(kl_ctx_entry *e);
 /* This thread's current number of slots (0 before its first lookup); for

@@ -77,11 +77,17 @@ size_t kl_crypto_max_output(const kl_key *key)
 
 kl_cost_class kl_crypto_cost_class(const kl_key *key)
 {
-    /* ECDSA P-256 ~20 us, Ed25519 less; RSA-2048 ~260 us and up */
-    if (key && kl_key_get_backend(key) == KL_BACKEND_PKCS11)
+    /* ECDSA P-256 ~20 us, Ed25519 less; RSA-2048 ~260 us and up; a device
+     * (token, another provider's hardware) blocks for its own time */
+    if (key && kl_key_get_backend(key) != KL_BACKEND_FILE)
         return KL_COST_BLOCKING;
     return key && kl_key_get_type(key) == KL_KEY_RSA ? KL_COST_SLOW
                                                      : KL_COST_FAST;
+}
+
+bool kl_crypto_is_async(const kl_key *key)
+{
+    return key && kl_key_get_backend(key) == KL_BACKEND_ASYNC;
 }
 
 void kl_crypto_thread_cleanup(void)
@@ -111,10 +117,10 @@ static int setup(kl_ctx_entry *e)
     op_spec sp = spec_of(e->opcode);
     if (sp.fam == FAM_ED25519) {
         e->mctx = EVP_MD_CTX_new();
-        return e->mctx && EVP_DigestSignInit_ex(e->mctx, NULL, NULL, NULL, NULL,
-                                                e->pkey, NULL) == 1;
+        return e->mctx && EVP_DigestSignInit_ex(e->mctx, NULL, NULL, NULL,
+                                                e->propq, e->pkey, NULL) == 1;
     }
-    e->pctx = EVP_PKEY_CTX_new_from_pkey(NULL, e->pkey, NULL);
+    e->pctx = EVP_PKEY_CTX_new_from_pkey(NULL, e->pkey, e->propq);
     if (!e->pctx)
         return 0;
     if (sp.fam == FAM_RSA_DECRYPT)
@@ -155,7 +161,8 @@ int kl_crypto_compare_be(const uint8_t *a, const uint8_t *b, size_t k)
  * in c are allowed, c > n is a crypto error and c == n gives zeros (as the
  * reference does; OpenSSL itself refuses c >= n). */
 static kl_status rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
-                             uint8_t *out, size_t outcap, size_t *out_len)
+                             uint8_t *out, size_t outcap, size_t *out_len,
+                             bool *broken)
 {
     size_t k = e->k;
     while (inlen > 0 && in[0] == 0) {
@@ -181,7 +188,7 @@ static kl_status rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
     } else {
         size_t n = outcap;
         if (EVP_PKEY_decrypt(e->pctx, out, &n, c, k) != 1 || n != k) {
-            kl_ctx_cache_drop(e);
+            *broken = true;
             err = KL_E_CRYPTO;
         } else {
             *out_len = k;
@@ -195,7 +202,7 @@ static kl_status rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
 
 static kl_status sign(kl_ctx_entry *e, op_family fam, const uint8_t *in,
                       size_t inlen, uint8_t *out, size_t outcap,
-                      size_t *out_len)
+                      size_t *out_len, bool *broken)
 {
     size_t n = outcap;
     int ok;
@@ -205,15 +212,15 @@ static kl_status sign(kl_ctx_entry *e, op_family fam, const uint8_t *in,
             /* newer OpenSSL may refuse a second one-shot on the same
              * context: set it up again once */
             ERR_clear_error();
-            ok = EVP_DigestSignInit_ex(e->mctx, NULL, NULL, NULL, NULL, e->pkey,
-                                       NULL) == 1 &&
+            ok = EVP_DigestSignInit_ex(e->mctx, NULL, NULL, NULL, e->propq,
+                                       e->pkey, NULL) == 1 &&
                  (n = outcap, EVP_DigestSign(e->mctx, out, &n, in, inlen)) == 1;
         }
     } else {
         ok = EVP_PKEY_sign(e->pctx, out, &n, in, inlen) == 1;
     }
     if (!ok) {
-        kl_ctx_cache_drop(e);
+        *broken = true;
         return KL_E_CRYPTO;
     }
     *out_len = n;
@@ -228,6 +235,38 @@ kl_status kl_crypto_exec(const kl_key *key, uint8_t opcode,
                                    out_len, 0);
 }
 
+/* protocol P4's checks before any key work: the opcode, that it fits the
+ * key type, the digest length, room for the output. */
+static kl_status check(const kl_key *key, op_spec sp, size_t plen,
+                       size_t outcap)
+{
+    if (sp.fam == FAM_NONE)
+        return KL_E_BAD_OPCODE;
+    if (!key)
+        return KL_E_INTERNAL;
+    if (kl_key_get_type(key) != key_type_for(sp.fam))
+        return KL_E_CRYPTO;
+    if (sp.dlen && plen != sp.dlen)
+        return KL_E_CRYPTO; /* an RSA or PSS digest of the wrong length */
+    if (outcap < kl_crypto_max_output(key))
+        return KL_E_INTERNAL;
+    return KL_OK;
+}
+
+/* The EVP path with a prepared context e (NULL: setting it up failed). */
+static kl_status run_evp(kl_ctx_entry *e, EVP_PKEY *pkey, op_spec sp,
+                         const uint8_t *payload, size_t plen, uint8_t *out,
+                         size_t outcap, size_t *out_len, bool *broken)
+{
+    if (!e)
+        return sp.fam == FAM_RSA_DECRYPT && EVP_PKEY_get_size(pkey) < 11
+                   ? KL_E_CRYPTO /* P4: modulus under 11 bytes */
+                   : KL_E_INTERNAL;
+    if (sp.fam == FAM_RSA_DECRYPT)
+        return rsa_decrypt(e, payload, plen, out, outcap, out_len, broken);
+    return sign(e, sp.fam, payload, plen, out, outcap, out_len, broken);
+}
+
 kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
                                   const uint8_t *payload, size_t plen,
                                   uint8_t *out, size_t outcap, size_t *out_len,
@@ -235,17 +274,9 @@ kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
 {
     *out_len = 0;
     op_spec sp = spec_of(opcode);
-    if (sp.fam == FAM_NONE)
-        return KL_E_BAD_OPCODE;
-    if (!key)
-        return KL_E_INTERNAL;
-    /* protocol P4: the opcode must fit the key type */
-    if (kl_key_get_type(key) != key_type_for(sp.fam))
-        return KL_E_CRYPTO;
-    if (sp.dlen && plen != sp.dlen)
-        return KL_E_CRYPTO; /* an RSA or PSS digest of the wrong length */
-    if (outcap < kl_crypto_max_output(key))
-        return KL_E_INTERNAL;
+    kl_status err = check(key, sp, plen, outcap);
+    if (err != KL_OK)
+        return err;
     if (kl_key_get_backend(key) == KL_BACKEND_PKCS11)
         return kl_p11_exec(key, opcode, payload, plen, out, outcap, out_len,
                            deadline_ns);
@@ -256,24 +287,43 @@ kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
     size_t dlen;
     const uint8_t *d;
     if (sp.fam == FAM_ECDSA && (d = kl_key_ec_scalar(key, &dlen))) {
-        kl_status err = kl_ec_sign_scalar(kl_key_curve(key), d, dlen, payload,
-                                          plen, out, out_len);
+        err = kl_ec_sign_scalar(kl_key_curve(key), d, dlen, payload, plen, out,
+                                out_len);
         ERR_clear_error();
         return err;
     }
     EVP_PKEY *pkey = kl_key_pkey(key);
-    kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, setup);
-    kl_status err;
-    if (!e)
-        err = sp.fam == FAM_RSA_DECRYPT && EVP_PKEY_get_size(pkey) < 11
-                  ? KL_E_CRYPTO /* P4: modulus under 11 bytes */
-                  : KL_E_INTERNAL;
-    else if (sp.fam == FAM_RSA_DECRYPT)
-        err = rsa_decrypt(e, payload, plen, out, outcap, out_len);
-    else
-        err = sign(e, sp.fam, payload, plen, out, outcap, out_len);
+    kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, kl_key_propq(key), setup);
+    bool broken = false;
+    err = run_evp(e, pkey, sp, payload, plen, out, outcap, out_len, &broken);
+    if (broken)
+        kl_ctx_cache_drop(e);
     /* failures leave reasons on this thread's queue; never let them pile
      * up or leak into an unrelated caller's error check */
+    ERR_clear_error();
+    return err;
+}
+
+kl_status kl_crypto_exec_private(const kl_key *key, uint8_t opcode,
+                                 const uint8_t *payload, size_t plen,
+                                 uint8_t *out, size_t outcap, size_t *out_len)
+{
+    *out_len = 0;
+    op_spec sp = spec_of(opcode);
+    kl_status err = check(key, sp, plen, outcap);
+    if (err != KL_OK)
+        return err;
+    if (kl_key_get_backend(key) == KL_BACKEND_PKCS11)
+        return KL_E_INTERNAL; /* token keys run on the blocking class */
+    EVP_PKEY *pkey = kl_key_pkey(key);
+    kl_ctx_entry e = {
+        .pkey = pkey, .opcode = opcode, .propq = kl_key_propq(key)};
+    bool broken = false;
+    err = run_evp(setup(&e) ? &e : NULL, pkey, sp, payload, plen, out, outcap,
+                  out_len, &broken);
+    EVP_PKEY_CTX_free(e.pctx);
+    EVP_MD_CTX_free(e.mctx);
+    OPENSSL_free(e.modulus);
     ERR_clear_error();
     return err;
 }

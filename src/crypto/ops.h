@@ -6,6 +6,7 @@
 #ifndef KL_CRYPTO_OPS_H
 #define KL_CRYPTO_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,9 +41,19 @@ kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
                                   uint8_t *out, size_t outcap, size_t *out_len,
                                   uint64_t deadline_ns);
 
+/* The same on a context of its own, made and freed for this operation
+ * (never this thread's context cache, and never a key's EC scalar): for
+ * operations inside an OpenSSL ASYNC job (crypto/async.h), where several
+ * paused operations of one thread may be on the same key at once. Token
+ * keys are refused (KL_E_INTERNAL): they run on the blocking class. */
+kl_status kl_crypto_exec_private(const kl_key *key, uint8_t opcode,
+                                 const uint8_t *payload, size_t plen,
+                                 uint8_t *out, size_t outcap, size_t *out_len);
+
 /* The cost class of an operation with this key: fast (EC,
- * Ed25519), slow (RSA, by size), blocking (any key on a PKCS#11 token: the
- * thread waits for the device). */
+ * Ed25519), slow (RSA, by size), blocking (any key on a PKCS#11 token or
+ * signed by a provider other than OpenSSL's own: the thread waits for the
+ * device). */
 typedef enum kl_cost_class {
     KL_COST_FAST = 0,
     KL_COST_SLOW = 1,
@@ -51,6 +62,12 @@ typedef enum kl_cost_class {
 } kl_cost_class;
 
 kl_cost_class kl_crypto_cost_class(const kl_key *key);
+
+/* Whether operations with this key run as ASYNC jobs on the shard that
+ * received them (crypto/async.h): a key of a provider that pauses jobs
+ * (KL_BACKEND_ASYNC). Its cost class is KL_COST_BLOCKING: where no ASYNC
+ * slot is free, a blocking worker waits for the device instead. */
+bool kl_crypto_is_async(const kl_key *key);
 
 /* Frees this thread's cached contexts. Worker threads call it on exit. */
 void kl_crypto_thread_cleanup(void);

@@ -276,6 +276,7 @@ static void on_scrape(kl_metrics *m, void *arg)
             kl_metrics_set_queue_depth(
                 m, c, kl_pool_queued(x->pool, (kl_cost_class)c));
     kl_metrics_set_keys_loaded(m, atomic_load(&x->keys));
+    kl_metrics_set_sealed_refused(m, kl_keys_sealed_refused_total());
     /* per upstream route, and the trace exporter */
     if (x->router) {
         kl_remote_stats st[64];

@@ -17,6 +17,7 @@
 #include "activation/activate.h"
 #include "daemon/daemon.h"
 #include "daemon/daemon_ext.h"
+#include "daemon/daemon_seal.h"
 #include "tls/certcheck.h"
 
 static void key_report(void *arg, int level, const char *path, const char *msg)
@@ -55,11 +56,20 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
         .allow_group_readable = cfg->allow_group_readable_keys,
         .check_mode = cfg->check,
         .skip_bad_keys = tolerant,
+        .key_propquery = cfg->key_propquery,
+        .async_providers = cfg->async_providers,
         .report = key_report,
         .report_arg = p,
     };
+    kl_daemon_seal seal;
+    if (!kl_daemon_seal_prepare(cfg, &seal, &ko)) {
+        p->errors++; /* logged; sealed files are then held elsewhere */
+        if (!tolerant)
+            return NULL;
+    }
     kl_keystore *ks = kl_keystore_new(&ko);
     if (!ks) {
+        kl_daemon_seal_release(&seal);
         kl_error("out of memory creating the key store");
         p->errors++;
         return NULL;
@@ -93,6 +103,7 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
                      "(%s); not starting",
                      what, i + 1, kl_status_str(s));
             kl_keystore_free(ks);
+            kl_daemon_seal_release(&seal);
             return NULL;
         }
         /* the store's own line above is the problem (and counted); in
@@ -104,6 +115,7 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
         if (!cfg->check)
             p->warnings++;
     }
+    kl_daemon_seal_release(&seal); /* the store keeps what it opened */
     size_t heap1 = heap_in_use();
     double mib = heap1 > heap0 ? (double)(heap1 - heap0) / 1048576.0 : 0;
     double secs = kl_ns_to_s_f(kl_now_ns() - t0);
@@ -281,6 +293,16 @@ typedef struct listing {
     FILE *out;
 } listing;
 
+static const char *backend_name(kl_key_backend b)
+{
+    switch (b) {
+    case KL_BACKEND_PKCS11: return "pkcs11";
+    case KL_BACKEND_PROVIDER: return "provider";
+    case KL_BACKEND_ASYNC: return "async";
+    default: return "file";
+    }
+}
+
 static void list_key(void *arg, const kl_key *k)
 {
     listing *l = arg;
@@ -288,8 +310,7 @@ static void list_key(void *arg, const kl_key *k)
     kl_ski_hex(kl_key_ski(k), hex);
     fprintf(l->out, "%s  %-14s %-6s %s\n", hex,
             kl_key_desc(k, desc, sizeof desc),
-            kl_key_get_backend(k) == KL_BACKEND_PKCS11 ? "pkcs11" : "file",
-            kl_key_path(k));
+            backend_name(kl_key_get_backend(k)), kl_key_path(k));
 }
 
 int kl_daemon_keystore_debug(const kl_config *cfg, FILE *out)

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "crypto/async.h"
 #include "loop/loop.h"
 #include "metrics/trace.h"
 #include "engine/acl.h"
@@ -242,6 +243,9 @@ struct kl_shard {
     kl_shard_obs obs;
     kl_shard_logs logs;
     kl_shard_budget budget;
+    /* operations of providers that pause ASYNC jobs (asyncjobs.c); NULL
+     * until the first one */
+    struct kl_shard_async *async;
 };
 
 struct kl_server {
@@ -460,6 +464,17 @@ void kl_shard_routed_flush(void *srv);
 /* On the shard: a crypto job came back (or ran inline): answer it, drop
  * its pin, free it. */
 void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj);
+
+/* asyncjobs.c: runs j (a key of a provider that pauses ASYNC jobs,
+ * kl_crypto_is_async) on this shard. KL_ASYNC_DONE: finished, as if
+ * inline; KL_ASYNC_PAUSED: j->job.done comes later on this thread;
+ * KL_ASYNC_FULL: not run (max_async_jobs, or ASYNC unavailable) - the pool
+ * takes it. */
+kl_async_result kl_shard_async_run(kl_shard *s, kl_srv_job *j);
+unsigned kl_shard_async_busy(const kl_shard *s);
+void kl_shard_async_get_stats(const kl_shard *s, kl_async_stats *out);
+/* On the shard's thread, after its loop stopped. */
+void kl_shard_async_free(kl_shard *s);
 /* Whether a fast operation may run inline on the shard now (the turn's
  * inline budget). */
 bool kl_shard_may_inline(const kl_shard *s);

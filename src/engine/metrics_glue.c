@@ -123,6 +123,17 @@ void kl_mx_loop_turn(kl_shard *s)
         kl_metrics_loop_busy(s->obs.mx, busy - s->obs.busy_reported);
         s->obs.busy_reported = busy;
     }
+    if (s->async) {
+        kl_async_stats as;
+        kl_shard_async_get_stats(s, &as);
+        kl_metrics_set_async(s->obs.mx,
+                             &(kl_metrics_async){.started = as.started,
+                                                 .paused = as.paused,
+                                                 .expired = as.expired,
+                                                 .full = as.full,
+                                                 .busy = as.busy,
+                                                 .fds = as.fds});
+    }
     /* Back-pressure (docs/METRICS.md): the shard's buffered bytes and read
      * pauses as they stand after this turn - the value an idle shard keeps
      * until its next turn. A few loads and, when something changed, a

@@ -201,8 +201,10 @@ static kl_status submit(kl_conn *c, const kl_request *req, const kl_key *key,
      * ahead of it would keep past its deadline gets its error now, before
      * it costs a queue slot and a worker's wake-up. One run inline waits in
      * no queue (its deadline is still checked when it runs). */
-    bool here = run_inline(s, j);
-    if (deadline && !here &&
+    /* a key of a provider that pauses jobs: on this shard, no queue */
+    bool async = kl_crypto_is_async(key);
+    bool here = !async && run_inline(s, j);
+    if (deadline && !here && !async &&
         now + kl_pool_wait_estimate(srv->o.pool, kl_crypto_cost_class(key)) >
             deadline) {
         kl_pin_put(s, j->pin);
@@ -229,6 +231,19 @@ static kl_status submit(kl_conn *c, const kl_request *req, const kl_key *key,
         s->budget.inlined++;
         kl_shard_finish_job(s, j);
         return KL_OK;
+    }
+    if (async) {
+        kl_async_result r = kl_shard_async_run(s, j);
+        if (r == KL_ASYNC_DONE) {
+            if (j->t0_ns) {
+                j->start_ns = j->t0_ns;
+                j->done_ns = kl_now_ns();
+            }
+            kl_shard_finish_job(s, j);
+        }
+        if (r != KL_ASYNC_FULL)
+            return KL_OK;
+        /* every slot busy: a blocking worker waits for the device */
     }
     s->budget.pooled++;
     if (kl_pool_submit(srv->o.pool, &j->job) != KL_OK) {

@@ -46,6 +46,9 @@ typedef struct kl_server_opts {
     uint64_t handshake_timeout_ns;  /* 0: 10 s */
     uint64_t drain_timeout_ns;      /* 0: none (close at once) */
     uint64_t max_queue_time_ns;     /* 0: no limit */
+    /* operations of providers that pause ASYNC jobs, at once per shard
+     * (docs/DESIGN.md "Accelerators: ASYNC jobs"); 0: 256 */
+    uint32_t max_async_jobs;
     /* limits.c, acl.c (docs/SECURITY.md) */
     uint32_t max_connections; /* 0: 10000; more are closed at accept */
     uint32_t max_handshaking; /* 0: 1000 not yet authenticated */

@@ -450,6 +450,7 @@ void *kl_shard_main(void *arg)
              (unsigned long long)s->budget.inlined,
              (unsigned long long)s->budget.pooled);
     close_listener(s);
+    kl_shard_async_free(s); /* its watchers are on this loop */
     /* lines left out and not yet summarised: said before the exit */
     kl_loglimit_flush(kl_now_ns(), true);
     kl_crypto_thread_cleanup(); /* the contexts of the inline operations */

@@ -9,6 +9,7 @@
  * 100,000 keys) and made a lookup with 100,000 keys 6-7% slower; filling
  * it to 80% to stay at 2 MiB made lookups nearly twice as slow. Measured
  * in bench/RESULTS.md "Shared hash map". */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,13 +36,99 @@ static bool is_default(const OSSL_PROVIDER *p)
     return p && strcmp(OSSL_PROVIDER_get0_name(p), "default") == 0;
 }
 
-static bool ecdsa_is_default(void)
+/* OpenSSL's own providers: their operations run in this thread's CPU. */
+static bool builtin_provider(const char *name)
 {
-    EVP_SIGNATURE *sig = EVP_SIGNATURE_fetch(NULL, "ECDSA", NULL);
+    return !strcmp(name, "default") || !strcmp(name, "fips") ||
+           !strcmp(name, "base") || !strcmp(name, "legacy");
+}
+
+static bool ecdsa_is_default(const char *propq)
+{
+    EVP_SIGNATURE *sig = EVP_SIGNATURE_fetch(NULL, "ECDSA", propq);
     bool yes = sig && is_default(EVP_SIGNATURE_get0_provider(sig));
     EVP_SIGNATURE_free(sig);
     ERR_clear_error();
     return yes;
+}
+
+/* The provider that signs with k: the key's own when another provider
+ * holds it (it cannot be exported), else the one EVP fetches for its
+ * algorithm under the default properties. */
+static const char *signing_provider(const kl_key *k, char *buf, size_t cap)
+{
+    const OSSL_PROVIDER *own = EVP_PKEY_get0_provider(k->pkey);
+    static const char *const algs[] = {[KL_KEY_RSA] = "RSA",
+                                       [KL_KEY_EC] = "ECDSA",
+                                       [KL_KEY_ED25519] = "ED25519"};
+    const char *alg = (size_t)k->info.type < sizeof algs / sizeof *algs
+                          ? algs[k->info.type]
+                          : NULL;
+    buf[0] = '\0';
+    if (own && !builtin_provider(OSSL_PROVIDER_get0_name(own))) {
+        snprintf(buf, cap, "%s", OSSL_PROVIDER_get0_name(own));
+        return buf;
+    }
+    EVP_SIGNATURE *sig = alg ? EVP_SIGNATURE_fetch(NULL, alg, k->propq) : NULL;
+    if (sig)
+        snprintf(buf, cap, "%s",
+                 OSSL_PROVIDER_get0_name(EVP_SIGNATURE_get0_provider(sig)));
+    EVP_SIGNATURE_free(sig);
+    ERR_clear_error();
+    return buf;
+}
+
+/* Whether name is in the comma-separated list. */
+static bool listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && *p == ' ')
+            p++, len--;
+        while (len && p[len - 1] == ' ')
+            len--;
+        if (len == n && strncmp(p, name, n) == 0)
+            return true;
+        p = end ? end + 1 : p + strlen(p);
+    }
+    return false;
+}
+
+/* A file key's back end: in memory and signed by OpenSSL's own code, or by
+ * another provider - one that blocks, or one that pauses ASYNC jobs. */
+static kl_key_backend file_backend(const kl_keystore *ks, const kl_key *k)
+{
+    char name[64];
+    signing_provider(k, name, sizeof name);
+    if (!name[0] || builtin_provider(name))
+        return KL_BACKEND_FILE;
+    return listed(ks->opts.async_providers, name) ? KL_BACKEND_ASYNC
+                                                  : KL_BACKEND_PROVIDER;
+}
+
+/* A property query kept for the life of the process: threads' cached
+ * contexts name it (crypto/ctx_cache.h) and may outlive the store that
+ * set it. One copy per distinct text; a configuration has one or two. */
+static const char *intern(const char *text)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static struct interned {
+        struct interned *next;
+        char text[];
+    } * all;
+    pthread_mutex_lock(&mu);
+    struct interned *i = all;
+    while (i && strcmp(i->text, text) != 0)
+        i = i->next;
+    if (!i && (i = malloc(sizeof *i + strlen(text) + 1))) {
+        strcpy(i->text, text);
+        i->next = all;
+        all = i;
+    }
+    pthread_mutex_unlock(&mu);
+    return i ? i->text : NULL;
 }
 
 kl_keystore *kl_keystore_new(const kl_keystore_opts *opts)
@@ -57,7 +144,13 @@ kl_keystore *kl_keystore_new(const kl_keystore_opts *opts)
         return NULL;
     }
     ks->table_mask = MIN_TABLE - 1;
-    ks->direct_ecdsa = ecdsa_is_default();
+    const char *pq = opts ? opts->key_propquery : NULL;
+    if (pq && *pq && !(ks->propq = intern(pq))) {
+        free(ks->table);
+        free(ks);
+        return NULL;
+    }
+    ks->direct_ecdsa = ecdsa_is_default(ks->propq);
     return ks;
 }
 
@@ -77,6 +170,7 @@ void kl_keystore_free(kl_keystore *ks)
     free(ks->table);
     kl_key_decoder_free(ks->decoder);
     kl_p11_set_free(ks->p11); /* after the keys: closes the sessions */
+    kl_keystore_free_elsewhere(ks);
     free(ks);
 }
 
@@ -218,7 +312,9 @@ kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
     k->index = ks->count;
     int size = EVP_PKEY_get_size(pkey);
     k->max_out = size > 0 && size <= UINT16_MAX ? (uint16_t)size : 0;
-    if (info->type == KL_KEY_EC && !p11)
+    k->propq = p11 ? NULL : ks->propq;
+    k->backend = p11 ? KL_BACKEND_PKCS11 : file_backend(ks, k);
+    if (info->type == KL_KEY_EC && k->backend == KL_BACKEND_FILE)
         ec_scalar(ks, k); /* else signing goes through EVP_PKEY_sign */
     memcpy(k->path, path, plen);
     ks->keys[ks->count++] = k;
@@ -291,9 +387,14 @@ EVP_PKEY *kl_key_pkey(const kl_key *k)
 {
     return k->pkey;
 }
+const char *kl_key_propq(const kl_key *k)
+{
+    return k->propq;
+}
+
 kl_key_backend kl_key_get_backend(const kl_key *k)
 {
-    return k->p11 ? KL_BACKEND_PKCS11 : KL_BACKEND_FILE;
+    return (kl_key_backend)k->backend;
 }
 kl_p11_key *kl_key_p11(const kl_key *k)
 {

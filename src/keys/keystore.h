@@ -12,6 +12,7 @@
 #include <openssl/evp.h>
 
 #include "core/status.h"
+#include "seal/policy.h"
 #include "keyless/protocol.h"
 
 typedef enum kl_key_type {
@@ -24,6 +25,14 @@ typedef enum kl_key_type {
 typedef enum kl_key_backend {
     KL_BACKEND_FILE = 0,   /* in memory, from a key file */
     KL_BACKEND_PKCS11 = 1, /* on a PKCS#11 token */
+    /* signed by an OpenSSL provider other than the built-in ones (a key it
+     * holds, or one EVP hands it): a device call that blocks the calling
+     * thread (a TPM through tpm2-openssl) */
+    KL_BACKEND_PROVIDER = 2,
+    /* the same, by a provider named in async_providers, which pauses an
+     * ASYNC job while its device works (docs/DESIGN.md "Accelerators:
+     * ASYNC jobs") */
+    KL_BACKEND_ASYNC = 3,
 } kl_key_backend;
 
 typedef struct kl_key kl_key;
@@ -39,15 +48,31 @@ typedef struct kl_keystore_opts {
     bool check_mode;           /* --check: also warn about x.key.bak etc. */
     bool skip_bad_keys; /* reload, --check: a key file in a directory that
                            fails is reported and skipped; the walk goes on */
+    /* OpenSSL property query for key operations (e.g.
+     * "?provider=qatprovider"); NULL or "": OpenSSL's default properties */
+    const char *key_propquery;
+    /* comma-separated names of OpenSSL providers whose operations may
+     * pause an ASYNC job (KL_BACKEND_ASYNC); NULL or "": none. Must
+     * outlive the store. */
+    const char *async_providers;
     kl_keystore_report_fn report; /* NULL: log through core/log */
     void *report_arg;
+    /* Sealed key files (docs/SEALING.md): this server's sealing private
+     * key (any provider's; NULL: no *.sealed file can be opened here, so
+     * each is held elsewhere) and its attributes (n_sealing_attrs 0: the
+     * files' policies are not checked here, a wrap to this key decides).
+     * Borrowed for the loads only. */
+    EVP_PKEY *sealing_key;
+    const kl_policy_attr *sealing_attrs;
+    size_t n_sealing_attrs;
 } kl_keystore_opts;
 
 kl_keystore *kl_keystore_new(const kl_keystore_opts *opts);
 /* Frees every key, wiping key material. */
 void kl_keystore_free(kl_keystore *ks);
 
-/* Loads every file whose name ends in ".key" below dir (recursively).
+/* Loads every file whose name ends in ".key" (and, as sealed key files,
+ * ".sealed") below dir (recursively).
  * Stops at the first key that fails (startup rule: a bad key stops the
  * server), reporting its path and the reason. A directory that group or
  * others can write is refused like a bad key (with skip_bad_keys: that
@@ -57,6 +82,25 @@ KL_WUR kl_status kl_keystore_add_dir(kl_keystore *ks, const char *dir);
  * EC P-224/256/384/521, Ed25519). Encrypted PEM is refused. A duplicate SKI
  * is reported (warning) and the first key kept. */
 KL_WUR kl_status kl_keystore_add_file(kl_keystore *ks, const char *path);
+/* Loads one sealed key file (docs/SEALING.md): opened with
+ * opts.sealing_key when the file is wrapped to it (and, with attributes,
+ * its policy admits this server), and indexed like a key file; a file
+ * not for this server is recorded as held elsewhere (KL_OK); a file that
+ * does not parse, or whose entry for this server does not open, is
+ * reported naming the file, counted (kl_keys_sealed_refused_total) and
+ * refused (KL_E_KEY). The plaintext lives only in the key's memory. */
+KL_WUR kl_status kl_keystore_add_sealed(kl_keystore *ks, const char *path);
+/* Sealed keys this server cannot open: their policy (canonical form), or
+ * NULL for an SKI not held elsewhere. Routing requests for them to a
+ * region their policy allows is for the geo router; until then such a
+ * request is answered `key not found`. */
+const char *kl_keystore_held_elsewhere(const kl_keystore *ks,
+                                       const uint8_t ski[KL_SKI_LEN]);
+size_t kl_keystore_held_elsewhere_count(const kl_keystore *ks);
+/* Sealed key files refused by any load in this process (tampered, or not
+ * opening for this server although wrapped to it). */
+uint64_t kl_keys_sealed_refused_total(void);
+
 /* Adds an already decoded key (takes a reference on pkey). */
 KL_WUR kl_status kl_keystore_add_pkey(kl_keystore *ks, EVP_PKEY *pkey,
                                       const char *label);
@@ -99,6 +143,9 @@ const char *kl_key_desc(const kl_key *k, char *buf, size_t len);
 /* For src/crypto only: the private key (a token key: its public key). */
 EVP_PKEY *kl_key_pkey(const kl_key *k);
 kl_key_backend kl_key_get_backend(const kl_key *k);
+/* The property query its operations fetch with (the store's
+ * key_propquery), or NULL. */
+const char *kl_key_propq(const kl_key *k);
 /* The largest output of an operation with the key (EVP_PKEY_get_size,
  * taken at load so that a request does not touch the EVP_PKEY). */
 size_t kl_key_max_output(const kl_key *k);

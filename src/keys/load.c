@@ -26,10 +26,11 @@
 #define MAX_DEPTH 32
 
 static const char KEY_SUFFIX[] = ".key";
+static const char SEALED_SUFFIX[] = ".sealed"; /* docs/SEALING.md */
 
 /* Reads the whole file; the caller wipes and frees *buf. */
-static kl_status read_key_file(kl_keystore *ks, const char *path, uint8_t **buf,
-                               size_t *len)
+kl_status kl_keystore_read_file(kl_keystore *ks, const char *path,
+                                bool any_mode, uint8_t **buf, size_t *len)
 {
     /* O_NONBLOCK: a FIFO named x.key must not hang the load. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -46,7 +47,7 @@ static kl_status read_key_file(kl_keystore *ks, const char *path, uint8_t **buf,
                            strerror(errno));
     } else if (!S_ISREG(st.st_mode)) {
         kl_keystore_report(ks, KL_LOG_ERROR, path, "not a regular file");
-    } else if ((st.st_mode & (S_IRGRP | S_IROTH)) &&
+    } else if ((st.st_mode & (S_IRGRP | S_IROTH)) && !any_mode &&
                !ks->opts.allow_group_readable) {
         kl_keystore_report(
             ks, KL_LOG_ERROR, path,
@@ -104,14 +105,18 @@ static kl_status pairwise_check(kl_keystore *ks, EVP_PKEY *pkey,
     return KL_OK;
 }
 
+static int ends_with(const char *s, size_t n, const char *suffix);
+
 kl_status kl_keystore_add_file(kl_keystore *ks, const char *path)
 {
     KL_ENSURE(ks != NULL && path != NULL, KL_E_KEY);
+    if (ends_with(path, strlen(path), SEALED_SUFFIX))
+        return kl_keystore_add_sealed(ks, path);
     if (!ks->decoder && !(ks->decoder = kl_key_decoder_new()))
         return KL_E_NOMEM;
     uint8_t *buf = NULL;
     size_t len = 0;
-    KL_GUARD(read_key_file(ks, path, &buf, &len));
+    KL_GUARD(kl_keystore_read_file(ks, path, false, &buf, &len));
 
     EVP_PKEY *pkey = NULL;
     kl_key_info info;
@@ -239,7 +244,8 @@ static kl_status walk(kl_keystore *ks, const char *dir, int depth)
             s = walk(ks, path, depth + 1);
             if (s != KL_OK && s != KL_E_NOMEM && ks->opts.skip_bad_keys)
                 s = KL_OK; /* reported; the other directories still load */
-        } else if (ends_with(name, nlen, KEY_SUFFIX)) {
+        } else if (ends_with(name, nlen, KEY_SUFFIX) ||
+                   ends_with(name, nlen, SEALED_SUFFIX)) {
             s = kl_keystore_add_file(ks, path);
             if (s != KL_OK && s != KL_E_NOMEM && ks->opts.skip_bad_keys)
                 s = KL_OK; /* reported by add_file; keep walking */

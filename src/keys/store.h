@@ -16,6 +16,7 @@ struct kl_key {
     uint8_t ski[KL_SKI_LEN];
     kl_key_info info;
     uint16_t max_out; /* EVP_PKEY_get_size, taken at load */
+    uint8_t backend;  /* kl_key_backend */
     /* EC file keys: the private scalar, big-endian, padded to the order's
      * length (ec_dlen bytes); wiped when the key is freed. 0: none. */
     uint8_t ec_dlen;
@@ -23,19 +24,39 @@ struct kl_key {
     EVP_PKEY *pkey;  /* file keys: the private key; token keys: public */
     kl_p11_key *p11; /* token keys only */
     size_t index;
-    char path[]; /* file or label */
+    const char *propq; /* the store's key_propquery, or NULL */
+    char path[];       /* file or label */
 };
 
 struct kl_keystore {
     kl_keystore_opts opts;
-    kl_key **keys; /* load order; kl_key_index is the position here */
+    const char *propq; /* opts.key_propquery, interned; NULL: none */
+    kl_key **keys;     /* load order; kl_key_index is the position here */
     size_t count, cap;
     kl_key **table; /* open addressing by SKI, linear probing */
     size_t table_mask;
     kl_key_decoder *decoder; /* created on the first file */
     kl_p11_set *p11;         /* created on the first URI */
     bool direct_ecdsa;       /* EC file keys keep their scalar (keystore.c) */
+    struct kl_elsewhere *elsewhere; /* sealed keys for other servers */
+    size_t n_elsewhere, cap_elsewhere;
 };
+
+/* A sealed key held elsewhere (sealed_load.c). */
+typedef struct kl_elsewhere {
+    uint8_t ski[KL_SKI_LEN];
+    char *policy;
+} kl_elsewhere;
+
+/* Reads a whole key file (regular, at most 1 MiB; not group/others-
+ * readable unless allowed, or unless any_mode: a sealed file is
+ * ciphertext, docs/SEALING.md) into an OPENSSL_malloc'd buffer of len + 1
+ * bytes that the caller wipes and frees; reports problems. */
+KL_WUR kl_status kl_keystore_read_file(kl_keystore *ks, const char *path,
+                                       bool any_mode, uint8_t **buf,
+                                       size_t *len);
+/* Frees the held-elsewhere records (keystore.c's free calls it). */
+void kl_keystore_free_elsewhere(kl_keystore *ks);
 
 /* One report line (opts.report, else the log). */
 void kl_keystore_report(const kl_keystore *ks, int level, const char *path,

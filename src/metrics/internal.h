@@ -46,6 +46,9 @@ struct kl_metrics_local {
     _Atomic int64_t inflight;
     _Atomic int64_t conns[KL_MCONN_STATES];
     _Atomic uint64_t busy_ns;
+    /* ASYNC jobs (kl_metrics_set_async): absent until started > 0 */
+    _Atomic uint64_t async_started, async_paused, async_expired, async_full;
+    _Atomic uint64_t async_busy, async_fds;
     /* back-pressure. The accept pause is a seqlock with
      * one writer: pause_seq is odd while pause_start/paused_ns change, so
      * that a scrape never adds a pause in progress to a total that already
@@ -77,6 +80,7 @@ struct kl_metrics {
     int nlocals;
     _Atomic uint64_t queue_depth[KL_METRICS_COST_CLASSES];
     _Atomic uint64_t keys_loaded;
+    _Atomic uint64_t sealed_refused;
     _Atomic int64_t reload_ok;   /* -1: no reload yet */
     _Atomic int64_t reload_time; /* wall-clock seconds of the last one */
     _Atomic uint64_t reloads[2]; /* [0] failed, [1] succeeded */

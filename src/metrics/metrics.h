@@ -151,6 +151,13 @@ void kl_metrics_conn_move(kl_metrics_local *l, kl_metrics_conn from,
 /* keylessd_loop_busy_seconds_total{shard}: time a shard spent working
  * (not waiting in epoll_wait). */
 void kl_metrics_loop_busy(kl_metrics_local *l, uint64_t ns);
+/* keylessd_async_*{shard} (docs/METRICS.md "Accelerators"): the shard's
+ * ASYNC job counts as they stand (totals and the two gauges). */
+typedef struct kl_metrics_async {
+    uint64_t started, paused, expired, full; /* totals */
+    uint64_t busy, fds;                      /* now */
+} kl_metrics_async;
+void kl_metrics_set_async(kl_metrics_local *l, const kl_metrics_async *a);
 
 /* ---- connection back-pressure: the shard's thread ---- */
 
@@ -184,6 +191,9 @@ void kl_metrics_set_read_pauses(kl_metrics_local *l, uint64_t n);
 
 void kl_metrics_set_queue_depth(kl_metrics *m, int cost_class, uint64_t n);
 void kl_metrics_set_keys_loaded(kl_metrics *m, uint64_t n);
+/* Sealed key files refused by the loads so far (a running total the key
+ * store keeps; sampled at scrape). */
+void kl_metrics_set_sealed_refused(kl_metrics *m, uint64_t n);
 /* A configuration or key reload finished (when: wall-clock seconds). */
 void kl_metrics_reload_result(kl_metrics *m, bool ok, time_t when);
 

@@ -144,6 +144,18 @@ void kl_metrics_loop_busy(kl_metrics_local *l, uint64_t ns)
         BUMP(&l->busy_ns, ns);
 }
 
+void kl_metrics_set_async(kl_metrics_local *l, const kl_metrics_async *a)
+{
+    if (!l)
+        return;
+    STORE(&l->async_started, a->started);
+    STORE(&l->async_paused, a->paused);
+    STORE(&l->async_expired, a->expired);
+    STORE(&l->async_full, a->full);
+    STORE(&l->async_busy, a->busy);
+    STORE(&l->async_fds, a->fds);
+}
+
 void kl_metrics_conn_refused(kl_metrics_local *l, kl_metrics_refusal r)
 {
     if (l && (unsigned)r < KL_REFUSE_REASONS)
@@ -210,6 +222,12 @@ void kl_metrics_set_keys_loaded(kl_metrics *m, uint64_t n)
 {
     if (m)
         STORE(&m->keys_loaded, n);
+}
+
+void kl_metrics_set_sealed_refused(kl_metrics *m, uint64_t n)
+{
+    if (m)
+        STORE(&m->sealed_refused, n);
 }
 
 void kl_metrics_reload_result(kl_metrics *m, bool ok, time_t when)

@@ -178,6 +178,51 @@ static void render_reference(mx_buf *b, const mx_total *t)
             "Transport failures on established connections.", t->failed_conn);
 }
 
+/* One family of the shards' ASYNC job counts; only shards that ran one. */
+static void async_family(mx_buf *b, const kl_metrics *m, const char *name,
+                         const char *type, const char *help, size_t off)
+{
+    mx_family(b, name, type, help);
+    for (const kl_metrics_local *l = m->locals; l; l = l->next)
+        if (l->shard >= 0 && LOAD(&l->async_started))
+            mx_printf(b, "%s{shard=\"%d\"} %llu\n", name, l->shard,
+                      (unsigned long long)LOAD(
+                          (const _Atomic uint64_t *)((const char *)l + off)));
+}
+
+/* docs/METRICS.md "Accelerators": absent until a shard ran an operation as
+ * an ASYNC job, so a server without accelerator keys shows none. */
+static void render_async(mx_buf *b, const kl_metrics *m)
+{
+    bool any = false;
+    for (const kl_metrics_local *l = m->locals; l; l = l->next)
+        any |= l->shard >= 0 && LOAD(&l->async_started) > 0;
+    if (!any)
+        return;
+    async_family(b, m, "keylessd_async_operations_total", "counter",
+                 "Key operations run as ASYNC jobs on the shard.",
+                 offsetof(kl_metrics_local, async_started));
+    async_family(b, m, "keylessd_async_paused_total", "counter",
+                 "Of those, operations the provider paused (the device "
+                 "worked while the shard went on).",
+                 offsetof(kl_metrics_local, async_paused));
+    async_family(b, m, "keylessd_async_expired_total", "counter",
+                 "Operations answered before the provider returned: past "
+                 "their deadline or their client gone.",
+                 offsetof(kl_metrics_local, async_expired));
+    async_family(b, m, "keylessd_async_full_total", "counter",
+                 "Operations sent to a blocking worker because "
+                 "max_async_jobs were in progress on the shard.",
+                 offsetof(kl_metrics_local, async_full));
+    async_family(b, m, "keylessd_async_jobs", "gauge",
+                 "Operations in progress now (paused, or answered early and "
+                 "still with the provider).",
+                 offsetof(kl_metrics_local, async_busy));
+    async_family(b, m, "keylessd_async_wait_fds", "gauge",
+                 "Providers' wait descriptors in the shard's event loop.",
+                 offsetof(kl_metrics_local, async_fds));
+}
+
 static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
 {
     mx_family(b, "keylessd_requests_in_flight", "gauge",
@@ -235,6 +280,10 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
 
     put_u64(b, "keylessd_keys_loaded", "gauge", "Private keys loaded.",
             LOAD(&m->keys_loaded));
+    put_u64(b, "keylessd_sealed_keys_refused_total", "counter",
+            "Sealed key files refused at a load: altered, or not opening "
+            "for this server although wrapped to it.",
+            LOAD(&m->sealed_refused));
 
     mx_family(b, "keylessd_reloads_total", "counter",
               "Configuration and key reloads by result.");
@@ -264,6 +313,8 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
             mx_put_double(b, kl_ns_to_s_f(LOAD(&l->busy_ns)));
             mx_puts(b, "\n");
         }
+
+    render_async(b, m);
 
     put_u64(b, "keylessd_cert_series_dropped_total", "counter",
             "Certificates not exported because the table was full.",

@@ -95,6 +95,12 @@ KL_WUR kl_status kl_hpke_derive(uint16_t kem, const uint8_t *ikm,
 KL_WUR kl_status kl_hpke_public(uint16_t kem, const EVP_PKEY *key, uint8_t *out,
                                 size_t cap, size_t *len);
 
+/* DeserializePublicKey(pk) with the checks of RFC 9180 section 7.1.4
+ * (P-256: an uncompressed point on the curve): a public key into *out
+ * (the caller frees it), KL_E_BAD_VALUE for bytes that are not one. */
+KL_WUR kl_status kl_hpke_public_key(uint16_t kem, const uint8_t *pk, size_t len,
+                                    EVP_PKEY **out);
+
 /* SetupBaseS(pkR, info) (RFC 9180 section 5.1.1): a fresh ephemeral key,
  * enc (cap >= kl_hpke_pk_len) and a sender context. */
 KL_WUR kl_status kl_hpke_setup_sender(kl_hpke_ctx *ctx, kl_hpke_suite suite,

@@ -243,6 +243,12 @@ static kl_status public_from_bytes(uint16_t kem, const uint8_t *pk, size_t len,
     return s;
 }
 
+kl_status kl_hpke_public_key(uint16_t kem, const uint8_t *pk, size_t len,
+                             EVP_PKEY **out)
+{
+    return public_from_bytes(kem, pk, len, out);
+}
+
 /* DH(sk, pk): the X25519 result, or P-256's x-coordinate; 32 bytes. */
 static kl_status dh(uint16_t kem, EVP_PKEY *sk, EVP_PKEY *peer, uint8_t *out)
 {

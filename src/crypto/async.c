@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Key operations as OpenSSL ASYNC jobs (async.h; docs/DESIGN.md
+ * "Accelerators: ASYNC jobs").
+ *
+ * Slots are made once and kept: each has an ASYNC_WAIT_CTX for its whole
+ * life, so a provider that keeps one fd per wait context (as card
+ * providers do) is added to the owner's poll set once, not per operation.
+ * After every start or resumption the slot compares the context's fds with
+ * those it watches and tells the owner the difference. A readable fd on an
+ * idle slot (a provider that left it readable) is unwatched until the
+ * slot's next pause, so that a level-triggered poll set cannot spin. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/async.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+
+#include "core/time.h"
+#include "crypto/async.h"
+
+#define MAX_FDS 4
+
+typedef struct slot {
+    kl_async *owner;
+    ASYNC_WAIT_CTX *wctx;
+    ASYNC_JOB *ajob; /* NULL: idle */
+    kl_job *job;     /* the request's job; NULL once answered early */
+    void *hold;      /* key_hold's handle while answered early */
+    void (*unhold)(void *handle);
+    const kl_key *key; /* copied from job: valid while the hold or job is */
+    uint8_t opcode;
+    uint8_t *in, *out;
+    size_t in_len, in_cap, out_cap, out_len;
+    kl_status err;
+    int fds[MAX_FDS]; /* watched in the owner's poll set */
+    unsigned nfds;
+    bool paused_once;
+} slot;
+
+struct kl_async {
+    kl_async_opts o;
+    slot *slots;
+    unsigned nslots;
+    unsigned *free_list; /* indices of idle slots */
+    unsigned nfree;
+    kl_async_stats st;
+};
+
+kl_status kl_async_new(const kl_async_opts *o, kl_async **out)
+{
+    *out = NULL;
+    kl_async *a = calloc(1, sizeof *a);
+    if (!a)
+        return KL_E_NOMEM;
+    a->o = *o;
+    a->nslots = o->max_jobs ? o->max_jobs : KL_ASYNC_DEFAULT_JOBS;
+    a->slots = calloc(a->nslots, sizeof *a->slots);
+    a->free_list = calloc(a->nslots, sizeof *a->free_list);
+    /* the thread's pool of ASYNC jobs (stacks), made as they are needed */
+    if (!a->slots || !a->free_list || !ASYNC_init_thread(a->nslots, 0)) {
+        free(a->slots);
+        free(a->free_list);
+        free(a);
+        return KL_E_NOMEM;
+    }
+    for (unsigned i = 0; i < a->nslots; i++) {
+        a->slots[i].owner = a;
+        a->free_list[a->nfree++] = a->nslots - 1 - i;
+    }
+    *out = a;
+    return KL_OK;
+}
+
+static void unwatch_all(slot *s)
+{
+    kl_async *a = s->owner;
+    for (unsigned i = 0; i < s->nfds; i++) {
+        a->o.watch(a->o.arg, s->fds[i], false, s);
+        a->st.fds--;
+    }
+    s->nfds = 0;
+}
+
+void kl_async_free(kl_async *a)
+{
+    if (!a)
+        return;
+    bool all_idle = true;
+    for (unsigned i = 0; i < a->nslots; i++) {
+        slot *s = &a->slots[i];
+        unwatch_all(s);
+        if (s->ajob) {
+            all_idle = false; /* left behind (async.h) */
+            continue;
+        }
+        ASYNC_WAIT_CTX_free(s->wctx); /* its fds' cleanups close them */
+        OPENSSL_clear_free(s->in, s->in_cap);
+        OPENSSL_clear_free(s->out, s->out_cap);
+    }
+    if (!all_idle)
+        return;
+    ASYNC_cleanup_thread();
+    free(a->slots);
+    free(a->free_list);
+    free(a);
+}
+
+/* Makes the watched set equal to the wait context's fds. */
+static void sync_fds(slot *s)
+{
+    kl_async *a = s->owner;
+    OSSL_ASYNC_FD now[MAX_FDS];
+    size_t n = 0;
+    if (!ASYNC_WAIT_CTX_get_all_fds(s->wctx, NULL, &n) || n > MAX_FDS)
+        n = 0; /* more than we watch: resumed only by expiry */
+    else if (n)
+        ASYNC_WAIT_CTX_get_all_fds(s->wctx, now, &n);
+    for (unsigned i = 0; i < s->nfds;) {
+        bool keep = false;
+        for (size_t j = 0; j < n; j++)
+            keep |= now[j] == s->fds[i];
+        if (keep) {
+            i++;
+            continue;
+        }
+        a->o.watch(a->o.arg, s->fds[i], false, s);
+        a->st.fds--;
+        s->fds[i] = s->fds[--s->nfds];
+    }
+    for (size_t j = 0; j < n; j++) {
+        bool have = false;
+        for (unsigned i = 0; i < s->nfds; i++)
+            have |= s->fds[i] == now[j];
+        if (!have) {
+            s->fds[s->nfds++] = now[j];
+            a->o.watch(a->o.arg, now[j], true, s);
+            a->st.fds++;
+        }
+    }
+}
+
+static int job_main(void *arg)
+{
+    slot *s = *(slot **)arg;
+    s->err = kl_crypto_exec_private(s->key, s->opcode, s->in, s->in_len, s->out,
+                                    s->out_cap, &s->out_len);
+    return 0;
+}
+
+static bool grow(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (*cap >= need)
+        return true;
+    uint8_t *b = OPENSSL_malloc(need);
+    if (!b)
+        return false;
+    OPENSSL_clear_free(*buf, *cap);
+    *buf = b;
+    *cap = need;
+    return true;
+}
+
+/* The slot's operation ended (the ASYNC job finished or failed). */
+static void release(slot *s)
+{
+    kl_async *a = s->owner;
+    s->ajob = NULL;
+    s->job = NULL;
+    if (s->hold && s->unhold)
+        s->unhold(s->hold);
+    s->hold = NULL;
+    OPENSSL_cleanse(s->out, s->out_len);
+    a->st.busy--;
+    a->free_list[a->nfree++] = (unsigned)(s - a->slots);
+}
+
+/* Copies the result into the job (still attached). */
+static void deliver(slot *s)
+{
+    kl_job *job = s->job;
+    job->err = s->err;
+    job->out_len = 0;
+    if (s->err == KL_OK && s->out_len <= job->out_cap) {
+        memcpy(job->out, s->out, s->out_len);
+        job->out_len = s->out_len;
+    } else if (s->err == KL_OK) {
+        job->err = KL_E_INTERNAL;
+    }
+}
+
+/* One step of the ASYNC job; true when the operation is over. */
+static bool step(slot *s)
+{
+    int ret;
+    slot *arg = s;
+    int r =
+        ASYNC_start_job(&s->ajob, s->wctx, &ret, job_main, &arg, sizeof arg);
+    if (r == ASYNC_PAUSE) {
+        if (!s->paused_once)
+            s->owner->st.paused++;
+        s->paused_once = true;
+        sync_fds(s);
+        return false;
+    }
+    if (r != ASYNC_FINISH)
+        s->err = KL_E_INTERNAL; /* ASYNC_ERR, ASYNC_NO_JOBS */
+    ERR_clear_error();
+    sync_fds(s);
+    return true;
+}
+
+static bool shed(const kl_job *job)
+{
+    return (job->abandoned &&
+            atomic_load_explicit(job->abandoned, memory_order_relaxed)) ||
+           (job->deadline_ns && kl_now_ns() > job->deadline_ns);
+}
+
+kl_async_result kl_async_start(kl_async *a, kl_job *job)
+{
+    job->out_len = 0;
+    if (shed(job)) {
+        job->err = KL_E_INTERNAL; /* P6 shedding, as the pool does */
+        return KL_ASYNC_DONE;
+    }
+    if (!a->nfree) {
+        a->st.full++;
+        return KL_ASYNC_FULL;
+    }
+    slot *s = &a->slots[a->free_list[a->nfree - 1]];
+    if ((!s->wctx && !(s->wctx = ASYNC_WAIT_CTX_new())) ||
+        !grow(&s->in, &s->in_cap, job->in_len ? job->in_len : 1) ||
+        !grow(&s->out, &s->out_cap, job->out_cap ? job->out_cap : 1)) {
+        job->err = KL_E_INTERNAL;
+        return KL_ASYNC_DONE;
+    }
+    a->nfree--;
+    a->st.busy++;
+    a->st.started++;
+    job->started_ns = kl_now_ns();
+    memcpy(s->in, job->in, job->in_len);
+    s->in_len = job->in_len;
+    s->out_len = 0;
+    s->key = job->key;
+    s->opcode = job->opcode;
+    s->job = job;
+    s->hold = NULL;
+    s->unhold = NULL;
+    s->paused_once = false;
+    if (!step(s))
+        return KL_ASYNC_PAUSED;
+    deliver(s);
+    release(s);
+    return KL_ASYNC_DONE;
+}
+
+void kl_async_ready(kl_async *a, void *tag)
+{
+    slot *s = tag;
+    if (!s->ajob) {
+        a->st.spurious++;
+        unwatch_all(s); /* watched again at its next pause */
+        return;
+    }
+    a->st.resumed++;
+    if (!step(s))
+        return;
+    kl_job *job = s->job;
+    if (job)
+        deliver(s);
+    release(s);
+    if (job)
+        job->done(job);
+}
+
+unsigned kl_async_expire(kl_async *a, uint64_t now_ns)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < a->nslots && a->st.busy; i++) {
+        slot *s = &a->slots[i];
+        kl_job *job = s->job;
+        if (!s->ajob || !job)
+            continue;
+        bool gone = job->abandoned &&
+                    atomic_load_explicit(job->abandoned, memory_order_relaxed);
+        if (!gone && !(job->deadline_ns && now_ns >= job->deadline_ns))
+            continue;
+        /* the provider still has the operation: keep its key alive */
+        if (job->key_hold) {
+            s->hold = job->key_hold(job);
+            s->unhold = job->key_unhold;
+        }
+        s->job = NULL;
+        job->err = KL_E_INTERNAL;
+        job->out_len = 0;
+        a->st.expired++;
+        n++;
+        job->done(job);
+    }
+    return n;
+}
+
+unsigned kl_async_busy(const kl_async *a)
+{
+    return a->st.busy;
+}
+
+void kl_async_get_stats(const kl_async *a, kl_async_stats *out)
+{
+    *out = a->st;
+}

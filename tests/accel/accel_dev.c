@@ -1,0 +1,557 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* kl_accel's device: one thread that holds up to `slots` operations, each
+ * for `latency_us`, then answers it (accel.h has the settings). One mutex
+ * guards everything here; the device signs with it released.
+ *
+ * Every operation is on the `all` list in submission order: with one
+ * timeout for all, the oldest operation is the first to time out, so the
+ * device checks deadlines at the head only. Operations waiting for a slot
+ * are on `waiting` (FIFO); those on the device on `active`, ordered by the
+ * time they are due. A lost operation (lose=) is on `all` only. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/async.h>
+#include <openssl/crypto.h>
+
+#include "accel_int.h"
+
+#define CTL_MAX 4096
+#define CTL_EVERY_NS (50ull * 1000 * 1000)
+#define MEMO_SIZE 1024
+
+typedef enum { OP_WAITING, OP_ACTIVE, OP_LOST, OP_DONE } op_state;
+
+typedef struct acc_op {
+    acc_req req;
+    uint8_t sig[ACC_MAX_SIG];
+    size_t siglen; /* 0: failed */
+    op_state state;
+    bool fail; /* the device answers an error (fail=) */
+    uint64_t due_ns, deadline_ns;
+    int efd;                      /* the job's eventfd; -1: the caller blocks */
+    struct acc_op *prev, *next;   /* all */
+    struct acc_op *qprev, *qnext; /* waiting or active */
+} acc_op;
+
+typedef struct op_list {
+    acc_op *head, *tail;
+    size_t n;
+} op_list;
+
+typedef struct settings {
+    unsigned latency_us, slots, timeout_ms;
+    bool software, stopped, memo, bad;
+} settings;
+
+typedef struct memo_entry {
+    bool used;
+    acc_req req; /* soft not referenced: compared by serial */
+    uint8_t sig[ACC_MAX_SIG];
+    size_t siglen;
+} memo_entry;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t dev_wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t answered = PTHREAD_COND_INITIALIZER;
+static op_list all, waiting, active;
+static settings set = {.latency_us = 1000, .slots = 64, .timeout_ms = 2000};
+static unsigned long fail_left, lose_left;
+static kl_accel_stats stats;
+static memo_entry *memo; /* the device thread's */
+
+static pthread_mutex_t ctl_mu = PTHREAD_MUTEX_INITIALIZER;
+static char ctl_text[CTL_MAX + 1];
+static size_t ctl_len;
+static bool ctl_seen;
+static uint64_t ctl_checked_ns;
+static int fd_key; /* the address names our eventfd in a wait context */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- lists ---- */
+
+static void all_push(acc_op *op)
+{
+    op->prev = all.tail;
+    op->next = NULL;
+    if (all.tail)
+        all.tail->next = op;
+    else
+        all.head = op;
+    all.tail = op;
+    all.n++;
+}
+
+static void all_remove(acc_op *op)
+{
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        all.head = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    else
+        all.tail = op->prev;
+    all.n--;
+}
+
+static void q_remove(op_list *l, acc_op *op)
+{
+    if (op->qprev)
+        op->qprev->qnext = op->qnext;
+    else
+        l->head = op->qnext;
+    if (op->qnext)
+        op->qnext->qprev = op->qprev;
+    else
+        l->tail = op->qprev;
+    l->n--;
+}
+
+/* Inserts after the last element with an earlier or equal due time
+ * (usually the tail: the latency rarely changes). */
+static void q_insert_due(op_list *l, acc_op *op)
+{
+    acc_op *after = l->tail;
+    while (after && after->due_ns > op->due_ns)
+        after = after->qprev;
+    op->qprev = after;
+    op->qnext = after ? after->qnext : l->head;
+    if (op->qnext)
+        op->qnext->qprev = op;
+    else
+        l->tail = op;
+    if (after)
+        after->qnext = op;
+    else
+        l->head = op;
+    l->n++;
+}
+
+static void q_push(op_list *l, acc_op *op)
+{
+    op->due_ns = 0;
+    op->qprev = l->tail;
+    op->qnext = NULL;
+    if (l->tail)
+        l->tail->qnext = op;
+    else
+        l->head = op;
+    l->tail = op;
+    l->n++;
+}
+
+/* ---- the control file ---- */
+
+static bool parse_setting(settings *s, const char *name, unsigned long v,
+                          const char *text)
+{
+    if (!strcmp(name, "latency_us"))
+        s->latency_us = (unsigned)v;
+    else if (!strcmp(name, "slots") && v > 0)
+        s->slots = (unsigned)v;
+    else if (!strcmp(name, "timeout_ms") && v > 0)
+        s->timeout_ms = (unsigned)v;
+    else if (!strcmp(name, "full") &&
+             (!strcmp(text, "queue") || !strcmp(text, "software")))
+        s->software = !strcmp(text, "software");
+    else if (!strcmp(name, "stopped"))
+        s->stopped = v != 0;
+    else if (!strcmp(name, "memo"))
+        s->memo = v != 0;
+    else if (!strcmp(name, "fail"))
+        fail_left = v;
+    else if (!strcmp(name, "lose"))
+        lose_left = v;
+    else
+        return false;
+    return true;
+}
+
+/* Parses text into *s (and the fail/lose counts); mu held. */
+static void parse_ctl(char *text, settings *s)
+{
+    *s = (settings){.latency_us = 1000, .slots = 64, .timeout_ms = 2000};
+    fail_left = lose_left = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        while (*line == ' ' || *line == '\t')
+            line++;
+        if (!*line || *line == '#')
+            continue;
+        char *eq = strchr(line, '=');
+        if (!eq) {
+            s->bad = true;
+            continue;
+        }
+        *eq = '\0';
+        char *val = eq + 1, *end = NULL;
+        val[strcspn(val, " \t\r")] = '\0';
+        errno = 0;
+        unsigned long v = strtoul(val, &end, 10);
+        bool numeric = end != val && !*end && errno == 0;
+        if (!parse_setting(s, line, numeric ? v : 0, val) ||
+            (!numeric && strcmp(line, "full")))
+            s->bad = true;
+    }
+}
+
+/* Re-reads the control file when due; its settings replace the old ones
+ * when its content changed. */
+static void check_ctl(void)
+{
+    const char *path = getenv("KL_ACCEL_CTL");
+    uint64_t now = now_ns();
+    if (!path || !*path)
+        return;
+    pthread_mutex_lock(&ctl_mu);
+    if (ctl_seen && now - ctl_checked_ns < CTL_EVERY_NS) {
+        pthread_mutex_unlock(&ctl_mu);
+        return;
+    }
+    ctl_checked_ns = now;
+    char buf[CTL_MAX + 1];
+    size_t n = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        n = fread(buf, 1, CTL_MAX, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+    if (!ctl_seen || n != ctl_len || memcmp(buf, ctl_text, n) != 0) {
+        memcpy(ctl_text, buf, n + 1);
+        ctl_len = n;
+        ctl_seen = true;
+        pthread_mutex_lock(&mu);
+        parse_ctl(buf, &set);
+        stats.max_in_slot = 0;
+        pthread_cond_signal(&dev_wake);
+        pthread_mutex_unlock(&mu);
+    }
+    pthread_mutex_unlock(&ctl_mu);
+}
+
+/* ---- the device thread ---- */
+
+static uint64_t memo_hash(const acc_req *r)
+{
+    uint64_t h = 1469598103934665603ull ^ r->serial;
+    for (size_t i = 0; i < r->tbslen; i++)
+        h = (h ^ r->tbs[i]) * 1099511628211ull;
+    h = (h ^ (uint64_t)r->pad) * 1099511628211ull;
+    return h ^ (uint64_t)(unsigned)r->saltlen;
+}
+
+static bool same_req(const acc_req *a, const acc_req *b)
+{
+    return a->serial == b->serial && a->tbslen == b->tbslen &&
+           a->pad == b->pad && a->saltlen == b->saltlen &&
+           !strcmp(a->md, b->md) && !strcmp(a->mgf1, b->mgf1) &&
+           !memcmp(a->tbs, b->tbs, a->tbslen);
+}
+
+/* The device's work for one operation (mu not held). */
+static void device_sign(acc_op *op, bool use_memo)
+{
+    memo_entry *m = memo ? &memo[memo_hash(&op->req) % MEMO_SIZE] : NULL;
+    if (op->fail) {
+        op->siglen = 0;
+        return;
+    }
+    if (use_memo && m && m->used && same_req(&m->req, &op->req)) {
+        memcpy(op->sig, m->sig, m->siglen);
+        op->siglen = m->siglen;
+        pthread_mutex_lock(&mu);
+        stats.memo_hits++;
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    op->siglen = acc_soft_sign(&op->req, op->sig, sizeof op->sig);
+    if (use_memo && m && op->siglen) {
+        m->used = true;
+        m->req = op->req;
+        m->req.soft = NULL;
+        memcpy(m->sig, op->sig, op->siglen);
+        m->siglen = op->siglen;
+    }
+}
+
+/* Ends op (mu held): off every list, its caller woken. */
+static void finish(acc_op *op)
+{
+    if (op->state == OP_WAITING)
+        q_remove(&waiting, op);
+    else if (op->state == OP_ACTIVE)
+        q_remove(&active, op);
+    all_remove(op);
+    op->state = OP_DONE;
+    stats.in_flight--;
+    if (op->efd >= 0) {
+        uint64_t one = 1;
+        if (write(op->efd, &one, sizeof one) < 0 && errno != EAGAIN)
+            op->siglen = 0;
+    }
+    pthread_cond_broadcast(&answered);
+}
+
+static void expire(uint64_t now)
+{
+    while (all.head && all.head->deadline_ns <= now) {
+        acc_op *op = all.head;
+        op->siglen = 0;
+        stats.timed_out++;
+        finish(op);
+    }
+}
+
+static void fill_slots(uint64_t now)
+{
+    while (waiting.head && active.n < set.slots) {
+        acc_op *op = waiting.head;
+        q_remove(&waiting, op);
+        op->state = OP_ACTIVE;
+        op->due_ns = now + (uint64_t)set.latency_us * 1000;
+        q_insert_due(&active, op);
+        if (active.n > stats.max_in_slot)
+            stats.max_in_slot = active.n;
+    }
+}
+
+static void wait_next(uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    if (active.head && !set.stopped)
+        next = active.head->due_ns;
+    if (all.head && all.head->deadline_ns < next)
+        next = all.head->deadline_ns;
+    if (next == UINT64_MAX) {
+        pthread_cond_wait(&dev_wake, &mu);
+        return;
+    }
+    if (next <= now)
+        return;
+    /* dev_wake uses CLOCK_MONOTONIC (acc_dev_start) */
+    struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ull),
+                          .tv_nsec = (long)(next % 1000000000ull)};
+    pthread_cond_timedwait(&dev_wake, &mu, &ts);
+}
+
+static void *device_main(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "kl-accel-dev");
+    pthread_mutex_lock(&mu);
+    for (;;) {
+        uint64_t now = now_ns();
+        expire(now);
+        fill_slots(now);
+        acc_op *op = active.head;
+        if (op && !set.stopped && op->due_ns <= now) {
+            bool use_memo = set.memo;
+            /* off the device's lists while it signs, so that no deadline
+             * ends it meanwhile: the device is answering */
+            q_remove(&active, op);
+            op->state = OP_LOST;
+            pthread_mutex_unlock(&mu);
+            device_sign(op, use_memo);
+            pthread_mutex_lock(&mu);
+            stats.completed++;
+            if (!op->siglen)
+                stats.failed++;
+            finish(op);
+            continue;
+        }
+        wait_next(now);
+    }
+    return NULL;
+}
+
+static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned users; /* provider instances loaded */
+static bool device_running;
+
+static void init_wake(void)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_destroy(&dev_wake);
+    pthread_cond_init(&dev_wake, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+bool acc_dev_start(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, init_wake);
+    pthread_mutex_lock(&start_mu);
+    bool ok = true;
+    if (!device_running) {
+        memo = calloc(MEMO_SIZE, sizeof *memo);
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_t t;
+        ok = memo && pthread_create(&t, &a, device_main, NULL) == 0;
+        pthread_attr_destroy(&a);
+        device_running = ok;
+    }
+    users += ok;
+    pthread_mutex_unlock(&start_mu);
+    return ok;
+}
+
+/* The last instance's teardown lets the device go idle. The thread itself
+ * stays until the process exits (the module pins itself, accel_prov.c):
+ * OpenSSL 3.0 leaves a finished thread's random generators behind, so a
+ * device thread that ended would show as a leak in every sanitizer run. */
+void acc_dev_stop(void)
+{
+    pthread_mutex_lock(&start_mu);
+    if (users)
+        users--;
+    pthread_mutex_unlock(&start_mu);
+}
+
+void kl_accel_get_stats(kl_accel_stats *out)
+{
+    pthread_mutex_lock(&mu);
+    *out = stats;
+    pthread_mutex_unlock(&mu);
+}
+
+/* ---- the caller's side ---- */
+
+static void close_fd(ASYNC_WAIT_CTX *w, const void *key, OSSL_ASYNC_FD fd,
+                     void *custom)
+{
+    (void)w, (void)key, (void)custom;
+    close(fd);
+    pthread_mutex_lock(&mu);
+    stats.open_fds--;
+    pthread_mutex_unlock(&mu);
+}
+
+/* The eventfd of the current job's wait context: one per context, made on
+ * its first operation and closed when the context is freed, so that the
+ * caller adds it to its poll set once. -1: no job, or no fd. */
+static int job_fd(void)
+{
+    ASYNC_JOB *job = ASYNC_get_current_job();
+    ASYNC_WAIT_CTX *w = job ? ASYNC_get_wait_ctx(job) : NULL;
+    if (!w)
+        return -1;
+    OSSL_ASYNC_FD fd;
+    void *custom;
+    if (ASYNC_WAIT_CTX_get_fd(w, &fd_key, &fd, &custom))
+        return fd;
+    fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (!ASYNC_WAIT_CTX_set_wait_fd(w, &fd_key, fd, NULL, close_fd)) {
+        close(fd);
+        return -1;
+    }
+    pthread_mutex_lock(&mu);
+    stats.open_fds++;
+    pthread_mutex_unlock(&mu);
+    return fd;
+}
+
+/* Queues op (mu held); false when the caller is to sign in software. */
+static bool submit(acc_op *op, uint64_t now)
+{
+    if (set.bad) {
+        stats.bad_ctl++;
+        op->siglen = 0;
+        op->state = OP_DONE;
+        return true;
+    }
+    if (set.software && waiting.n + active.n >= set.slots) {
+        stats.software++;
+        return false;
+    }
+    stats.submitted++;
+    stats.in_flight++;
+    op->deadline_ns = now + (uint64_t)set.timeout_ms * 1000000ull;
+    all_push(op);
+    if (lose_left) {
+        lose_left--;
+        op->state = OP_LOST;
+    } else {
+        op->fail = fail_left > 0;
+        fail_left -= op->fail;
+        op->state = OP_WAITING;
+        q_push(&waiting, op);
+    }
+    pthread_cond_signal(&dev_wake);
+    return true;
+}
+
+/* Waits for op's answer: pauses the job (resumed when the eventfd is
+ * written; a resume before the answer pauses again) or blocks. */
+static void await(acc_op *op)
+{
+    if (op->efd < 0) {
+        stats.blocked++;
+        while (op->state != OP_DONE)
+            pthread_cond_wait(&answered, &mu);
+        return;
+    }
+    stats.paused++;
+    while (op->state != OP_DONE) {
+        pthread_mutex_unlock(&mu);
+        if (!ASYNC_pause_job()) {
+            /* cannot pause: wait here instead */
+            pthread_mutex_lock(&mu);
+            while (op->state != OP_DONE)
+                pthread_cond_wait(&answered, &mu);
+            break;
+        }
+        uint64_t v;
+        while (read(op->efd, &v, sizeof v) > 0) {
+        }
+        pthread_mutex_lock(&mu);
+    }
+}
+
+size_t acc_dev_sign(const acc_req *req, uint8_t *sig, size_t cap)
+{
+    check_ctl();
+    acc_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return 0;
+    op->req = *req;
+    op->efd = job_fd();
+    pthread_mutex_lock(&mu);
+    if (!submit(op, now_ns())) {
+        pthread_mutex_unlock(&mu);
+        free(op);
+        return acc_soft_sign(req, sig, cap);
+    }
+    await(op);
+    pthread_mutex_unlock(&mu);
+    /* an answer that came before the pause left the eventfd readable */
+    uint64_t v;
+    while (op->efd >= 0 && read(op->efd, &v, sizeof v) > 0) {
+    }
+    size_t n = op->siglen <= cap ? op->siglen : 0;
+    memcpy(sig, op->sig, n);
+    OPENSSL_cleanse(op, sizeof *op);
+    free(op);
+    return n;
+}
