@@ -6,10 +6,11 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "daemon/settings.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     if (!cfg)
         return 0;
     char err[512];

@@ -15,6 +15,7 @@ pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-dev
       python3 procps iproute2 libp11-kit-dev p11-kit softhsm2 opensc
       libmicrohttpd-dev libcurl4-openssl-dev prometheus nginx-light haproxy curl gnuplot-nox nghttp2-client
       etcd-server etcd-client
+      swtpm swtpm-tools tpm2-tools tpm2-openssl libtss2-tcti-swtpm0
       ${KL_EXTRA_PKGS:-})
 # package -> the service unit it would enable
 declare -A services=([nginx-light]=nginx [haproxy]=haproxy [prometheus]=prometheus

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Regenerates the option reference in docs/OPERATIONS.md and the OPTIONS of
-# packaging/man/keylessd.8 from the option table (src/config/options.c),
+# packaging/man/keylessd.8 from the option table (src/daemon/options.c),
 # between their BEGIN/END OPTIONS markers. test_dropin_modes fails until
 # this has run after an option changed.
 #   scripts/regen-options.sh [BUILD_DIR]   (default: build)

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* keylessd configuration: one table of options drives the
- * YAML file, the KEYLESS_* environment, the command-line flags, validation,
- * --help, --output-config and docs/OPERATIONS.md. Precedence: flag >
- * environment > file > default. Every key of the reference server's
- * gokeyless.yaml is an option here, with the reference's default (a
- * drop-in replacement; docs/OPERATIONS.md "Migrating from gokeyless"). */
+/* Loading a configuration: one table of options (a program's own;
+ * keylessd's is daemon/options.c) drives the YAML file, the KEYLESS_*
+ * environment, the command-line flags, validation, --help, --output-config
+ * and docs/OPERATIONS.md. Precedence: flag > environment > file > default.
+ * Every key of the reference server's gokeyless.yaml is an option of
+ * keylessd, with the reference's default (a drop-in replacement;
+ * docs/OPERATIONS.md "Migrating from gokeyless"). */
 #ifndef KL_CONFIG_CONFIG_H
 #define KL_CONFIG_CONFIG_H
 
@@ -27,11 +28,18 @@ typedef struct kl_store_cfg {
     char *path;
 } kl_store_cfg;
 
+struct kl_opt_table;
+
+/* The loader's state and the options the process itself uses (identity,
+ * logging, keys, activation, modes). A program's configuration embeds it
+ * as its first member, followed by each module's options struct; the
+ * program's option table (kl_opt_table) points into that whole struct
+ * (docs/DESIGN.md, "The map": where an option travels). */
 typedef struct kl_config {
+    const struct kl_opt_table *table; /* the rows that fill this config */
     /* options (fields named as their YAML keys) */
     int loglevel;
     char *log_format; /* "text" or "json" */
-    double access_log_sample_rate;
     char *hostname;
     char *zone_id;
     char *origin_ca_api_key; /* secret: redacted in --output-config */
@@ -40,74 +48,28 @@ typedef struct kl_config {
     char *auth_key;
     char *auth_csr;
     char *cloudflare_ca_cert;
-    int port;
-    int metrics_port;
     char *pid_file;
     char *current_time; /* RFC 3339; see current_time_unix */
     bool tracing_enabled;
     char *tracing_address;
-    double tracing_sample_rate;
     uint64_t sign_timeout_ns;
     int sign_retry_count;
-    char *listen_address;
-    bool listen_reuseport;   /* share the port with another process */
     char *private_key_dirs;  /* comma list: replaces private_key_stores */
     char *private_key_files; /* comma list: replaces private_key_stores */
     bool allow_group_readable_keys;
     char *key_propquery;   /* for key operations; unset: defaults */
     char *async_providers; /* comma list; unset: none */
-    int max_async_jobs;    /* per shard */
     bool watch_key_dirs;
     uint64_t watch_delay_ns;
     bool auto_renew;
     uint64_t activation_timeout_ns; /* whole Origin CA API call */
-    int shards;                     /* 0: number of CPUs */
-    int workers;                    /* 0: number of CPUs */
     int realtime_priority;          /* 0: normal scheduling (core/sched.h) */
-    int max_inflight_per_conn;
-    int max_inflight;
-    uint64_t idle_timeout_ns;
-    uint64_t handshake_timeout_ns;
-    uint64_t drain_timeout_ns;
-    uint64_t max_queue_time_ns; /* 0: none */
     /* hardening (docs/SECURITY.md) */
-    int max_connections;
-    int max_handshaking;
-    int max_handshaking_per_source;
-    int max_handshake_bytes;
-    int max_output_per_conn; /* bytes */
-    int max_buffered_bytes;  /* bytes, process-wide */
     bool allow_core_dumps;
     char *access_file; /* access lists (engine/acl.h); unset: none */
     bool tls13;
     char *config_file;
-    char *metrics_address;   /* "": listen_address */
     bool metrics_identities; /* false: no CN, SAN, serial, path in labels */
-    /* geo routing (docs/ROUTING.md); router_table unset: no routing */
-    char *router_table;
-    char *router_cert, *router_key, *router_ca; /* unset: the server's own */
-    char *router_server_name;
-    uint64_t router_default_deadline_ns;
-    int router_max_attempts;
-    int router_max_hops;
-    uint64_t router_timeout_floor_ns;
-    uint64_t router_timeout_ceiling_ns;
-    int router_timeout_p99_factor;
-    uint64_t router_ping_interval_ns;
-    int router_ewma_weight;
-    int router_latency_tolerance;
-    uint64_t router_reload_poll_ns; /* 0: no polling */
-    uint64_t router_dns_refresh_ns;
-    uint64_t router_connect_timeout_ns;
-    int router_conn_inflight_threshold;
-    int router_max_conns_per_remote;
-    int router_max_inflight_per_conn;
-    int router_max_fds;
-    int router_max_inflight;
-    uint64_t router_dns_ttl_floor_ns, router_dns_ttl_ceiling_ns;
-    char *router_dns_server; /* unset: resolv.conf's */
-    uint64_t router_conn_idle_timeout_ns;
-    uint64_t router_answer_hold_ns; /* 0: no batching */
     /* sealed keys (docs/SEALING.md; options_seal.inc) */
     char *sealing_key;        /* unset: *.sealed files are held elsewhere */
     char *sealing_attributes; /* "name=value,..."; unset: not checked */
@@ -137,8 +99,9 @@ typedef struct kl_config {
     size_t nerrors;
 } kl_config;
 
-/* A config holding every option's default. NULL on allocation failure. */
-kl_config *kl_config_new(void);
+/* A config of table->size bytes holding every option's default
+ * (table->defaults). NULL on allocation failure. */
+kl_config *kl_config_new(const struct kl_opt_table *table);
 void kl_config_free(kl_config *cfg);
 
 /* Applies, in order, the file (from -c/--config-file or KEYLESS_CONFIG_FILE,
@@ -164,12 +127,12 @@ KL_WUR kl_status kl_config_apply_yaml(kl_config *cfg, const char *name,
 void kl_config_set_search_dirs(const char *const *dirs);
 
 /* Writes --help, generated from the option table. */
-void kl_config_usage(FILE *out, const char *prog);
+void kl_config_usage(const struct kl_opt_table *t, FILE *out, const char *prog);
 /* Writes the option reference of docs/OPERATIONS.md (a Markdown table per
  * group), generated from the option table (--help-markdown). */
-void kl_config_usage_markdown(FILE *out);
+void kl_config_usage_markdown(const struct kl_opt_table *t, FILE *out);
 /* Writes the OPTIONS section of keylessd(8) in roff (--help-man). */
-void kl_config_usage_man(FILE *out);
+void kl_config_usage_man(const struct kl_opt_table *t, FILE *out);
 /* Writes the effective configuration as YAML that keylessd reads back
  * (--output-config): every file option, secrets (origin_ca_api_key, PINs in
  * PKCS#11 URIs) redacted. */
@@ -181,29 +144,35 @@ char *kl_config_redact_uri(const char *uri);
 /* ---- the option table (for --help and generated documentation) ---- */
 
 typedef enum kl_opt_type {
-    KL_OPT_INT,
+    KL_OPT_INT, /* an int field */
     KL_OPT_BOOL,
-    KL_OPT_STRING,
-    KL_OPT_DURATION, /* "10s", "500ms", "2m", "1h30m" */
+    KL_OPT_STRING,   /* a char * (or a module's const char *) field holding a
+                        copy the config owns and frees; NULL: unset */
+    KL_OPT_DURATION, /* "10s", "500ms", "2m", "1h30m" into a uint64_t of ns */
     KL_OPT_STORES,   /* YAML list of {dir: ...} / {file: ...} maps */
     KL_OPT_MODE,     /* a flag without value: --help, --check */
     KL_OPT_FLOAT,    /* a decimal number within [min, max] */
+    KL_OPT_U16,      /* INT into a uint16_t field */
+    KL_OPT_U32,      /* INT into a uint32_t field */
+    KL_OPT_SIZE,     /* INT into a size_t field */
 } kl_opt_type;
 
 enum {
-    KL_OPTF_RELOADABLE = 1u, /* may change at reload (drop-in issue) */
+    KL_OPTF_RELOADABLE = 1u, /* applied at SIGHUP (daemon/daemon_reload.c) */
     KL_OPTF_NO_YAML = 2u,    /* flag/environment only */
     KL_OPTF_TEST_ONLY = 4u,  /* for tests; marked as such in --help */
     KL_OPTF_SECRET = 8u,     /* redacted in --output-config */
     KL_OPTF_COMPAT = 16u,    /* accepted for the reference; see its help */
 };
 
+/* One row of an option table. There is no default here: the default is
+ * the field's value after kl_opt_table.defaults (most of them a module's
+ * own defaults struct), and --help prints it from there. */
 typedef struct kl_option {
     const char *name; /* YAML key and field name */
     kl_opt_type type;
-    size_t offset;       /* of the field in kl_config */
+    size_t offset;       /* of the field in the table's struct */
     int64_t min, max;    /* INT: value bounds; DURATION: in milliseconds */
-    const char *def;     /* default, as text parsed like any other value */
     const char *env;     /* KEYLESS_* variable, or NULL */
     const char *flag;    /* long flag without "--" ('-' and '_' both
                             accepted), or NULL */
@@ -214,14 +183,32 @@ typedef struct kl_option {
     const char *group; /* heading in --help and OPERATIONS.md */
 } kl_option;
 
-const kl_option *kl_config_options(size_t *count);
+/* A program's options: its rows, in --help order, over a struct of `size`
+ * bytes that starts with a kl_config. */
+typedef struct kl_opt_table {
+    const kl_option *rows;
+    size_t count;
+    size_t size;
+    /* Writes every option's default into a zeroed struct (strings as
+     * literals: kl_config_new copies them). */
+    void (*defaults)(kl_config *cfg);
+    /* Checks between the program's own options (after the file, the
+     * environment and the flags); NULL: none. "<name>: <problem and fix>"
+     * into err and KL_E_CONFIG on failure. */
+    kl_status (*check)(const kl_config *cfg, char *err, size_t errlen);
+} kl_opt_table;
+
 /* The value of option o in cfg as text ("2407", "30s", "true", the
  * string; "" for an unset string; secrets redacted; the stores as YAML flow
  * text). */
 void kl_config_value_text(const kl_config *cfg, const kl_option *o, char *out,
                           size_t cap);
+/* The default of option o as --help prints it; false when it has none (a
+ * mode, the stores, a string unset by default). */
+bool kl_config_default_text(const kl_opt_table *t, const kl_option *o,
+                            char *out, size_t cap);
 /* The option with this YAML name, or NULL. */
-const kl_option *kl_config_find(const char *name);
+const kl_option *kl_config_find(const kl_opt_table *t, const char *name);
 
 /* Value parsers shared by every source. On failure they write the problem
  * (without location) into err and return KL_E_CONFIG. */

@@ -225,32 +225,9 @@ kl_status kl_cfg_derive(kl_config *cfg, char *err, size_t errlen)
                     "sign_retry_count: %d has no effect in keylessd "
                     "(see --help)",
                     cfg->sign_retry_count);
-    if (!cfg->listen_address || !*cfg->listen_address)
-        return kl_cfg_fail(err, errlen,
-                           "listen_address: must not be empty; use 0.0.0.0 "
-                           "for every IPv4 address");
-    for (const char *const *o =
-             (const char *const[]){"auth_cert", "auth_key",
-                                   "cloudflare_ca_cert", NULL};
-         *o; o++) {
-        const kl_option *opt = kl_config_find(*o);
-        const char *v = *(char **)((char *)cfg + opt->offset);
-        if (!v || !*v)
-            return kl_cfg_fail(err, errlen,
-                               "%s: must name a file; remove the empty "
-                               "setting to use the default %s",
-                               *o, opt->def);
-    }
-    if (cfg->router_timeout_ceiling_ns < cfg->router_timeout_floor_ns) {
-        char a[32], b[32];
-        kl_format_duration(cfg->router_timeout_ceiling_ns, a, sizeof a);
-        kl_format_duration(cfg->router_timeout_floor_ns, b, sizeof b);
-        return kl_cfg_fail(err, errlen,
-                           "router_timeout_ceiling: %s is below "
-                           "router_timeout_floor %s; raise the ceiling or "
-                           "lower the floor",
-                           a, b);
-    }
+    /* the program's checks (for keylessd: daemon/options.c) */
+    if (cfg->table->check)
+        KL_GUARD(cfg->table->check(cfg, err, errlen));
     if (cfg->manual_activation && cfg->config_only)
         return kl_cfg_fail(err, errlen,
                            "--manual-activation and --config-only exclude "

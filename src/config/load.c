@@ -16,22 +16,35 @@ extern char **environ;
 
 #define MAX_CONFIG_FILE (1u << 20)
 
-kl_config *kl_config_new(void)
+const kl_option *kl_config_find(const kl_opt_table *t, const char *name)
 {
-    kl_config *cfg = calloc(1, sizeof *cfg);
+    for (size_t i = 0; i < t->count; i++)
+        if (strcmp(t->rows[i].name, name) == 0)
+            return &t->rows[i];
+    return NULL;
+}
+
+kl_config *kl_config_new(const kl_opt_table *t)
+{
+    kl_config *cfg = calloc(1, t->size);
     if (!cfg)
         return NULL;
-    size_t n;
-    const kl_option *opts = kl_config_options(&n);
-    for (size_t i = 0; i < n; i++) {
-        if (!opts[i].def)
+    cfg->table = t;
+    /* The defaults are the modules' own values (their defaults structs);
+     * --help prints them from a config made here, so what it says is
+     * exactly what is applied. Strings come as literals: own them. */
+    t->defaults(cfg);
+    bool ok = true;
+    for (size_t i = 0; i < t->count; i++) {
+        if (t->rows[i].type != KL_OPT_STRING)
             continue;
-        /* Defaults go through the same parser as user input, so --help's
-         * "default:" text is exactly what is applied. */
-        if (kl_opt_set(cfg, &opts[i], opts[i].def, NULL, 0) != KL_OK) {
-            kl_config_free(cfg);
-            return NULL;
-        }
+        char **slot = (char **)((char *)cfg + t->rows[i].offset);
+        if (*slot && !(*slot = strdup(*slot)))
+            ok = false;
+    }
+    if (!ok) {
+        kl_config_free(cfg);
+        return NULL;
     }
     return cfg;
 }
@@ -40,8 +53,8 @@ void kl_config_free(kl_config *cfg)
 {
     if (!cfg)
         return;
-    size_t n;
-    const kl_option *opts = kl_config_options(&n);
+    size_t n = cfg->table->count;
+    const kl_option *opts = cfg->table->rows;
     for (size_t i = 0; i < n; i++)
         if (opts[i].type == KL_OPT_STRING)
             free(*(char **)((char *)cfg + opts[i].offset));
@@ -79,11 +92,12 @@ typedef struct flag_value {
     const char *spelled; /* argv text, for errors */
 } flag_value;
 
-static kl_status scan_flags(int argc, char *const *argv, flag_value *out,
-                            size_t *nout, char *err, size_t errlen)
+static kl_status scan_flags(const kl_opt_table *t, int argc, char *const *argv,
+                            flag_value *out, size_t *nout, char *err,
+                            size_t errlen)
 {
-    size_t n;
-    const kl_option *opts = kl_config_options(&n);
+    size_t n = t->count;
+    const kl_option *opts = t->rows;
     *nout = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -194,14 +208,15 @@ static kl_status apply_file(kl_config *cfg, const char *path, char *err,
 kl_status kl_config_load(kl_config *cfg, int argc, char *const *argv,
                          char *const *envp, char *err, size_t errlen)
 {
-    size_t n;
-    const kl_option *opts = kl_config_options(&n);
+    size_t n = cfg->table->count;
+    const kl_option *opts = cfg->table->rows;
     char msg[384];
     flag_value *flags = calloc((size_t)(argc > 0 ? argc : 1), sizeof *flags);
     KL_ENSURE(flags != NULL, KL_E_NOMEM);
     size_t nflags = 0;
     char *file = NULL;
-    kl_status st = scan_flags(argc, argv, flags, &nflags, err, errlen);
+    kl_status st =
+        scan_flags(cfg->table, argc, argv, flags, &nflags, err, errlen);
     if (st != KL_OK)
         goto out;
     /* --check reports every value that does not parse, not the first */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "config/internal.h"
+#include "core/time.h"
 
 /* Prints text from column `col`, wrapped at 79 columns. */
 static void wrap(FILE *out, const char *text, int col)
@@ -39,10 +40,10 @@ bool kl_cfg_new_group(const kl_option *opts, size_t i)
     return i == 0 || strcmp(opts[i].group, opts[i - 1].group) != 0;
 }
 
-void kl_config_usage(FILE *out, const char *prog)
+void kl_config_usage(const kl_opt_table *t, FILE *out, const char *prog)
 {
-    size_t n;
-    const kl_option *opts = kl_config_options(&n);
+    size_t n = t->count;
+    const kl_option *opts = t->rows;
     fprintf(out,
             "Usage: %s [flags]\n"
             "The Keyless SSL key server. Every option can also be set in the "
@@ -66,18 +67,19 @@ void kl_config_usage(FILE *out, const char *prog)
         else
             snprintf(left, sizeof left, "      %s: (file only)", o->name);
         char text[768];
-        size_t t = (size_t)snprintf(text, sizeof text, "%s", o->help);
-        if (o->def && o->type != KL_OPT_MODE && t < sizeof text)
-            t += (size_t)snprintf(text + t, sizeof text - t,
-                                  " (default:\x01%s)", o->def);
-        if ((o->flags & KL_OPTF_NO_YAML) == 0 && t < sizeof text)
-            t += (size_t)snprintf(text + t, sizeof text - t, " [file:\x01%s]",
+        size_t k = (size_t)snprintf(text, sizeof text, "%s", o->help);
+        char def[256];
+        if (kl_config_default_text(t, o, def, sizeof def) && k < sizeof text)
+            k += (size_t)snprintf(text + k, sizeof text - k,
+                                  " (default:\x01%s)", def);
+        if ((o->flags & KL_OPTF_NO_YAML) == 0 && k < sizeof text)
+            k += (size_t)snprintf(text + k, sizeof text - k, " [file:\x01%s]",
                                   o->name);
-        if (o->env && t < sizeof text)
-            t += (size_t)snprintf(text + t, sizeof text - t, " [env:\x01%s]",
+        if (o->env && k < sizeof text)
+            k += (size_t)snprintf(text + k, sizeof text - k, " [env:\x01%s]",
                                   o->env);
-        if ((o->flags & KL_OPTF_RELOADABLE) && t < sizeof text)
-            snprintf(text + t, sizeof text - t, " [reloadable]");
+        if ((o->flags & KL_OPTF_RELOADABLE) && k < sizeof text)
+            snprintf(text + k, sizeof text - k, " [reloadable]");
         if (strlen(left) >= 32)
             fprintf(out, "%s\n%-32s", left, "");
         else
@@ -148,6 +150,13 @@ void kl_config_value_text(const kl_config *cfg, const kl_option *o, char *out,
     out[0] = 0;
     switch (o->type) {
     case KL_OPT_INT: snprintf(out, cap, "%d", *(const int *)field); break;
+    case KL_OPT_U16:
+        snprintf(out, cap, "%u", (unsigned)*(const uint16_t *)field);
+        break;
+    case KL_OPT_U32:
+        snprintf(out, cap, "%" PRIu32, *(const uint32_t *)field);
+        break;
+    case KL_OPT_SIZE: snprintf(out, cap, "%zu", *(const size_t *)field); break;
     case KL_OPT_BOOL:
     case KL_OPT_MODE:
         snprintf(out, cap, "%s", *(const bool *)field ? "true" : "false");
@@ -188,10 +197,54 @@ void kl_config_value_text(const kl_config *cfg, const kl_option *o, char *out,
     }
 }
 
+/* A default duration in the one largest unit that divides it ("500ms",
+ * "60s", "1h"), as the option reference has always written them;
+ * kl_format_duration, for values, would write "1m". */
+static void default_duration(uint64_t ns, char *out, size_t cap)
+{
+    static const struct {
+        const char *unit;
+        uint64_t ns;
+    } units[] = {{"h", 3600 * KL_NS_PER_S},
+                 {"s", KL_NS_PER_S},
+                 {"ms", KL_NS_PER_MS},
+                 {"us", KL_NS_PER_US},
+                 {"ns", 1}};
+    size_t i = 0;
+    while (ns && ns % units[i].ns)
+        i++;
+    snprintf(out, cap, "%" PRIu64 "%s", ns / units[i].ns,
+             ns ? units[i].unit : "s");
+}
+
+bool kl_config_default_text(const kl_opt_table *t, const kl_option *o,
+                            char *out, size_t cap)
+{
+    out[0] = 0;
+    if (o->type == KL_OPT_MODE || o->type == KL_OPT_STORES)
+        return false;
+    /* the defaults alone: literals, nothing to free but the struct */
+    kl_config *d = calloc(1, t->size);
+    if (!d)
+        return false;
+    d->table = t;
+    t->defaults(d);
+    const void *field = (const char *)d + o->offset;
+    bool has = true;
+    if (o->type == KL_OPT_STRING)
+        has = *(char *const *)field != NULL;
+    if (o->type == KL_OPT_DURATION)
+        default_duration(*(const uint64_t *)field, out, cap);
+    else if (has)
+        kl_config_value_text(d, o, out, cap);
+    free(d);
+    return has;
+}
+
 void kl_config_write_yaml(const kl_config *cfg, FILE *out)
 {
-    size_t n;
-    const kl_option *opts = kl_config_options(&n);
+    size_t n = cfg->table->count;
+    const kl_option *opts = cfg->table->rows;
     fputs("# keylessd effective configuration (--output-config); secrets "
           "are redacted\n",
           out);

@@ -185,7 +185,10 @@ kl_status kl_opt_set(kl_config *cfg, const kl_option *o, const char *text,
 {
     void *field = (char *)cfg + o->offset;
     switch (o->type) {
-    case KL_OPT_INT: {
+    case KL_OPT_INT:
+    case KL_OPT_U16:
+    case KL_OPT_U32:
+    case KL_OPT_SIZE: {
         char *end;
         errno = 0;
         long long v = strtoll(text, &end, 10);
@@ -198,7 +201,16 @@ kl_status kl_opt_set(kl_config *cfg, const kl_option *o, const char *text,
             return kl_cfg_fail(err, errlen,
                                "%s: %lld is out of range %" PRId64 "..%" PRId64,
                                o->name, v, o->min, o->max);
-        *(int *)field = (int)v;
+        /* the bounds keep v within the field's type (a row's min is >= 0
+         * for the unsigned ones) */
+        if (o->type == KL_OPT_U16)
+            *(uint16_t *)field = (uint16_t)v;
+        else if (o->type == KL_OPT_U32)
+            *(uint32_t *)field = (uint32_t)v;
+        else if (o->type == KL_OPT_SIZE)
+            *(size_t *)field = (size_t)v;
+        else
+            *(int *)field = (int)v;
         return KL_OK;
     }
     case KL_OPT_BOOL:

@@ -16,10 +16,11 @@
 
 /* " (did you mean \"port\"?)" for a misspelt option name, or "" when no
  * option of the file is near it (core/suggest.h). */
-static const char *did_you_mean(const char *name, char *buf, size_t cap)
+static const char *did_you_mean(const kl_opt_table *t, const char *name,
+                                char *buf, size_t cap)
 {
-    size_t n;
-    const kl_option *opts = kl_config_options(&n);
+    size_t n = t->count;
+    const kl_option *opts = t->rows;
     kl_suggest sg;
     kl_suggest_init(&sg, name);
     for (size_t i = 0; i < n; i++)
@@ -176,11 +177,12 @@ static kl_status apply_pair(kl_config *cfg, const char *file,
                                "keep one",
                                file, LINE(k), name, LINE(pk));
     }
-    const kl_option *o = kl_config_find(name);
+    const kl_option *o = kl_config_find(cfg->table, name);
     if (!o || (o->flags & KL_OPTF_NO_YAML)) {
         char mean[96];
         kl_cfg_warn(cfg, "%s:%lu: unknown option \"%s\" ignored%s", file,
-                    LINE(k), name, did_you_mean(name, mean, sizeof mean));
+                    LINE(k), name,
+                    did_you_mean(cfg->table, name, mean, sizeof mean));
         return KL_OK;
     }
     if (o->type == KL_OPT_STORES) {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-static atomic_int log_level = KL_LOG_INFO;
+static atomic_int log_level = KL_LOG_DEFAULT_LEVEL;
 static const char *log_prefix = "";
 /* Under systemd (JOURNAL_STREAM set) the journal adds the time itself and
  * reads a "<N>" syslog priority prefix. */
@@ -41,7 +41,7 @@ static const int level_prio[] = {7, 6, 4, 3, 2, 0};
 
 /* ---- JSON lines (log_format: json) ----------------------------------- */
 
-static atomic_int log_format = KL_LOG_TEXT;
+static atomic_int log_format = KL_LOG_DEFAULT_FORMAT;
 
 void kl_log_set_format(int format)
 {
@@ -58,6 +58,11 @@ int kl_log_get_format(void)
 bool kl_log_format_known(const char *name)
 {
     return !name || !*name || !strcmp(name, "text") || !strcmp(name, "json");
+}
+
+const char *kl_log_format_name(int format)
+{
+    return format == KL_LOG_JSON ? "json" : "text";
 }
 
 int kl_log_format_parse(const char *name)

@@ -20,6 +20,9 @@ enum kl_log_level {
     KL_LOG_FATAL = 5,
 };
 
+/* Before anything sets it, and keylessd's default (loglevel). */
+#define KL_LOG_DEFAULT_LEVEL KL_LOG_INFO
+
 void kl_log_set_level(int level);
 int kl_log_get_level(void);
 /* Prefix lines with a name (e.g. "keylessd"); default none. */
@@ -37,6 +40,8 @@ void kl_log_set_prefix(const char *prefix);
  *   error, duration_ms); under systemd still prefixed "<N>" (the journal
  *   takes the priority from it and stores the JSON text as the message). */
 enum kl_log_format { KL_LOG_TEXT = 0, KL_LOG_JSON = 1 };
+/* Before anything sets it, and keylessd's default (log_format). */
+#define KL_LOG_DEFAULT_FORMAT KL_LOG_TEXT
 void kl_log_set_format(int format);
 int kl_log_get_format(void);
 /* Whether name is a log format: "text" or "json" (NULL and "" are text). */
@@ -44,6 +49,8 @@ bool kl_log_format_known(const char *name);
 /* The format a known name gives (kl_log_format_known); text for any
  * other, so check a name from the configuration with that first. */
 int kl_log_format_parse(const char *name);
+/* The format's name, as kl_log_format_parse reads it. */
+const char *kl_log_format_name(int format);
 
 /* Structured fields of a log line: NULL/negative members are left out. In
  * text format they are not printed (the message already says what matters

@@ -19,6 +19,7 @@
 
 #include "core/time.h"
 #include "crypto/async.h"
+#include "crypto/ctx_cache.h"
 
 #define MAX_FDS 4
 
@@ -34,6 +35,7 @@ typedef struct slot {
     uint8_t *in, *out;
     size_t in_len, in_cap, out_cap, out_len;
     kl_status err;
+    kl_ctx_entry ctx; /* the slot's own OpenSSL context (ops.h) */
     int fds[MAX_FDS]; /* watched in the owner's poll set */
     unsigned nfds;
     bool paused_once;
@@ -96,6 +98,7 @@ void kl_async_free(kl_async *a)
             continue;
         }
         ASYNC_WAIT_CTX_free(s->wctx); /* its fds' cleanups close them */
+        kl_crypto_private_free(&s->ctx);
         OPENSSL_clear_free(s->in, s->in_cap);
         OPENSSL_clear_free(s->out, s->out_cap);
     }
@@ -144,8 +147,8 @@ static void sync_fds(slot *s)
 static int job_main(void *arg)
 {
     slot *s = *(slot **)arg;
-    s->err = kl_crypto_exec_private(s->key, s->opcode, s->in, s->in_len, s->out,
-                                    s->out_cap, &s->out_len);
+    s->err = kl_crypto_exec_private(&s->ctx, s->key, s->opcode, s->in,
+                                    s->in_len, s->out, s->out_cap, &s->out_len);
     return 0;
 }
 

@@ -2,7 +2,9 @@
 /* Executing one private-key operation (protocol P4) with OpenSSL's EVP API.
  * Opcode constants come straight from keyless/protocol.h so this file
  * needs nothing from src/proto. */
+#include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
@@ -134,9 +136,10 @@ static int setup(kl_ctx_entry *e)
         return 0;
     if (sp.fam == FAM_RSA_PKCS1)
         return EVP_PKEY_CTX_set_rsa_padding(e->pctx, RSA_PKCS1_PADDING) == 1;
-    /* PSS: MGF1 with the same hash, salt length = hash length */
+    /* PSS: salt length = hash length; MGF1 with the same hash, which is
+     * what an unset MGF1 digest means (and providers that hold their own
+     * keys, such as tpm2-openssl, accept no other setting) */
     return EVP_PKEY_CTX_set_rsa_padding(e->pctx, RSA_PKCS1_PSS_PADDING) == 1 &&
-           EVP_PKEY_CTX_set_rsa_mgf1_md(e->pctx, md) == 1 &&
            EVP_PKEY_CTX_set_rsa_pss_saltlen(e->pctx, RSA_PSS_SALTLEN_DIGEST) ==
                1;
 }
@@ -267,6 +270,42 @@ static kl_status run_evp(kl_ctx_entry *e, EVP_PKEY *pkey, op_spec sp,
     return sign(e, sp.fam, payload, plen, out, outcap, out_len, broken);
 }
 
+/* A key of a provider that blocks (a TPM through tpm2-openssl, whose
+ * provider context is not safe for calls from several threads at once):
+ * one operation at a time, on a context of its own, waiting for the
+ * previous one no longer than the deadline (docs/OPERATIONS.md
+ * "Accelerators and provider keys"). */
+static kl_status provider_exec(const kl_key *key, op_spec sp, uint8_t opcode,
+                               const uint8_t *payload, size_t plen,
+                               uint8_t *out, size_t outcap, size_t *out_len,
+                               uint64_t deadline_ns)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    uint64_t now = kl_now_ns();
+    uint64_t wait = deadline_ns ? (deadline_ns > now ? deadline_ns - now : 0)
+                                : KL_CRYPTO_DEFAULT_WAIT_NS;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t until =
+        (uint64_t)ts.tv_sec * KL_NS_PER_S + (uint64_t)ts.tv_nsec + wait;
+    ts.tv_sec = (time_t)(until / KL_NS_PER_S);
+    ts.tv_nsec = (long)(until % KL_NS_PER_S);
+    if (pthread_mutex_timedlock(&mu, &ts) != 0)
+        return KL_E_INTERNAL; /* the device is busy past the deadline */
+    EVP_PKEY *pkey = kl_key_pkey(key);
+    kl_ctx_entry e = {
+        .pkey = pkey, .opcode = opcode, .propq = kl_key_propq(key)};
+    bool broken = false;
+    kl_status err = run_evp(setup(&e) ? &e : NULL, pkey, sp, payload, plen, out,
+                            outcap, out_len, &broken);
+    EVP_PKEY_CTX_free(e.pctx);
+    EVP_MD_CTX_free(e.mctx);
+    OPENSSL_free(e.modulus);
+    ERR_clear_error();
+    pthread_mutex_unlock(&mu);
+    return err;
+}
+
 kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
                                   const uint8_t *payload, size_t plen,
                                   uint8_t *out, size_t outcap, size_t *out_len,
@@ -292,6 +331,9 @@ kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
         ERR_clear_error();
         return err;
     }
+    if (kl_key_get_backend(key) == KL_BACKEND_PROVIDER)
+        return provider_exec(key, sp, opcode, payload, plen, out, outcap,
+                             out_len, deadline_ns);
     EVP_PKEY *pkey = kl_key_pkey(key);
     kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, kl_key_propq(key), setup);
     bool broken = false;
@@ -304,9 +346,19 @@ kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
     return err;
 }
 
-kl_status kl_crypto_exec_private(const kl_key *key, uint8_t opcode,
-                                 const uint8_t *payload, size_t plen,
-                                 uint8_t *out, size_t outcap, size_t *out_len)
+void kl_crypto_private_free(kl_ctx_entry *e)
+{
+    EVP_PKEY_CTX_free(e->pctx);
+    EVP_MD_CTX_free(e->mctx);
+    OPENSSL_free(e->modulus);
+    EVP_PKEY_free(e->pkey);
+    *e = (kl_ctx_entry){0};
+}
+
+kl_status kl_crypto_exec_private(kl_ctx_entry *keep, const kl_key *key,
+                                 uint8_t opcode, const uint8_t *payload,
+                                 size_t plen, uint8_t *out, size_t outcap,
+                                 size_t *out_len)
 {
     *out_len = 0;
     op_spec sp = spec_of(opcode);
@@ -316,14 +368,24 @@ kl_status kl_crypto_exec_private(const kl_key *key, uint8_t opcode,
     if (kl_key_get_backend(key) == KL_BACKEND_PKCS11)
         return KL_E_INTERNAL; /* token keys run on the blocking class */
     EVP_PKEY *pkey = kl_key_pkey(key);
-    kl_ctx_entry e = {
-        .pkey = pkey, .opcode = opcode, .propq = kl_key_propq(key)};
+    const char *propq = kl_key_propq(key);
+    kl_ctx_entry *e = keep;
+    if (keep->pkey != pkey || keep->opcode != opcode || keep->propq != propq) {
+        /* a reference: a reload cannot reuse the address for another key
+         * while this context names it (as the context cache does) */
+        kl_crypto_private_free(keep);
+        if (EVP_PKEY_up_ref(pkey) != 1)
+            return KL_E_INTERNAL;
+        *keep = (kl_ctx_entry){.pkey = pkey, .opcode = opcode, .propq = propq};
+        if (!setup(keep)) {
+            kl_crypto_private_free(keep);
+            e = NULL;
+        }
+    }
     bool broken = false;
-    err = run_evp(setup(&e) ? &e : NULL, pkey, sp, payload, plen, out, outcap,
-                  out_len, &broken);
-    EVP_PKEY_CTX_free(e.pctx);
-    EVP_MD_CTX_free(e.mctx);
-    OPENSSL_free(e.modulus);
+    err = run_evp(e, pkey, sp, payload, plen, out, outcap, out_len, &broken);
+    if (broken)
+        kl_crypto_private_free(keep);
     ERR_clear_error();
     return err;
 }

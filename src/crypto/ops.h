@@ -41,14 +41,18 @@ kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
                                   uint8_t *out, size_t outcap, size_t *out_len,
                                   uint64_t deadline_ns);
 
-/* The same on a context of its own, made and freed for this operation
- * (never this thread's context cache, and never a key's EC scalar): for
- * operations inside an OpenSSL ASYNC job (crypto/async.h), where several
- * paused operations of one thread may be on the same key at once. Token
- * keys are refused (KL_E_INTERNAL): they run on the blocking class. */
-kl_status kl_crypto_exec_private(const kl_key *key, uint8_t opcode,
-                                 const uint8_t *payload, size_t plen,
-                                 uint8_t *out, size_t outcap, size_t *out_len);
+/* The same on a context the caller keeps for this purpose (zeroed at
+ * first; one per ASYNC slot, crypto/async.h), set up again when the key or
+ * opcode changes and after a failure - never this thread's context cache
+ * nor a key's EC scalar: several paused operations of one thread may use
+ * the same key at once. Token keys are refused (KL_E_INTERNAL): they run
+ * on the blocking class. kl_crypto_private_free releases the context. */
+struct kl_ctx_entry;
+kl_status kl_crypto_exec_private(struct kl_ctx_entry *keep, const kl_key *key,
+                                 uint8_t opcode, const uint8_t *payload,
+                                 size_t plen, uint8_t *out, size_t outcap,
+                                 size_t *out_len);
+void kl_crypto_private_free(struct kl_ctx_entry *keep);
 
 /* The cost class of an operation with this key: fast (EC,
  * Ed25519), slow (RSA, by size), blocking (any key on a PKCS#11 token or

@@ -21,36 +21,38 @@
 #include "core/time.h"
 #include "crypto/pool_int.h"
 
-#define DEFAULT_QUEUE_LIMIT 65536u
-#define DEFAULT_STOP_GRACE_MS 2000
-
 static int default_workers(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 2 ? 2 : (n > 1024 ? 1024 : (int)n);
 }
 
+const kl_pool_opts kl_pool_defaults = {
+    .queue_limit = {[KL_COST_FAST] = 65536,
+                    [KL_COST_SLOW] = 65536,
+                    [KL_COST_BLOCKING] = 65536},
+    .stop_grace_ms = 2000,
+};
+
 kl_pool *kl_pool_new(const kl_pool_opts *opts)
 {
+    if (!opts)
+        opts = &kl_pool_defaults;
     kl_pool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    kl_pool_sched_init(&p->sched, opts && opts->workers > 0
-                                      ? opts->workers
-                                      : default_workers());
+    kl_pool_sched_init(&p->sched,
+                       opts->workers > 0 ? opts->workers : default_workers());
     for (int c = 0; c < KL_COST_CLASSES; c++) {
-        size_t lim = opts ? opts->queue_limit[c] : 0;
-        p->q[c].limit = lim ? lim : DEFAULT_QUEUE_LIMIT;
+        p->q[c].limit = opts->queue_limit[c];
         atomic_init(&p->q[c].len, 0);
         atomic_init(&p->cost.exec_ns[c], 0);
     }
-    p->blk.want = opts && opts->blocking_workers > 0 ? opts->blocking_workers
-                                                     : KL_POOL_DEFAULT_BLOCKING;
+    p->blk.want = opts->blocking_workers > 0 ? opts->blocking_workers
+                                             : KL_POOL_DEFAULT_BLOCKING;
     atomic_init(&p->blk.lanes, p->blk.want);
     atomic_init(&p->blk.busy, 0);
-    p->stop_grace_ns = kl_ms_to_ns(opts && opts->stop_grace_ms > 0
-                                       ? (uint64_t)opts->stop_grace_ms
-                                       : DEFAULT_STOP_GRACE_MS);
+    p->stop_grace_ns = kl_ms_to_ns((uint64_t)opts->stop_grace_ms);
     p->threads = calloc((size_t)p->sched.workers, sizeof *p->threads);
     if (!p->threads || pthread_mutex_init(&p->mu, NULL) != 0) {
         free(p->threads);
@@ -69,7 +71,7 @@ kl_pool *kl_pool_new(const kl_pool_opts *opts)
         free(p);
         return NULL;
     }
-    if (opts && opts->blocking_workers > 0) {
+    if (opts->blocking_workers > 0) {
         pthread_mutex_lock(&p->mu); /* its threads start using p at once */
         kl_pool_blocking_start(p);
         pthread_mutex_unlock(&p->mu);

@@ -73,19 +73,24 @@ typedef struct kl_pool kl_pool;
 /* Blocking workers started on first use when opts.blocking_workers is 0. */
 #define KL_POOL_DEFAULT_BLOCKING 4
 
+/* Start from kl_pool_defaults and change what differs; keylessd's
+ * `workers` option points at .workers. */
 typedef struct kl_pool_opts {
     int workers;                         /* 0: number of CPUs */
-    size_t queue_limit[KL_COST_CLASSES]; /* 0: 65536 */
+    size_t queue_limit[KL_COST_CLASSES]; /* jobs queued per class */
     /* Threads for KL_COST_BLOCKING jobs (PKCS#11 keys), apart from the
      * workers above: size it by the tokens' sessions
      * (kl_keystore_token_sessions). 0: KL_POOL_DEFAULT_BLOCKING, started
      * when the first such job comes. */
     int blocking_workers;
     /* How long kl_pool_free waits for blocking workers stuck in a token
-     * call before it leaves them behind. 0: 2000 ms. */
+     * call before it leaves them behind. */
     int stop_grace_ms;
 } kl_pool_opts;
 
+extern const kl_pool_opts kl_pool_defaults;
+
+/* opts NULL: kl_pool_defaults. */
 kl_pool *kl_pool_new(const kl_pool_opts *opts);
 /* Stops the workers after the queued jobs ran (their done callbacks run).
  * A blocking worker still in a token call after opts.stop_grace_ms is left

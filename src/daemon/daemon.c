@@ -17,11 +17,11 @@ static bool print_mode(const kl_config *cfg, const char *version, int *rc)
 {
     *rc = 0;
     if (cfg->help)
-        kl_config_usage(stdout, "keylessd");
+        kl_config_usage(&kl_daemon_options, stdout, "keylessd");
     else if (cfg->help_markdown)
-        kl_config_usage_markdown(stdout);
+        kl_config_usage_markdown(&kl_daemon_options, stdout);
     else if (cfg->help_man)
-        kl_config_usage_man(stdout);
+        kl_config_usage_man(&kl_daemon_options, stdout);
     else if (cfg->version)
         printf("keylessd %s (protocol 1.0)\n", version);
     else if (cfg->output_config)
@@ -56,7 +56,7 @@ static int config_only(const kl_config *cfg)
 int kl_daemon_main(int argc, char **argv, const char *version)
 {
     kl_log_set_prefix("keylessd");
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     if (!cfg) {
         fprintf(stderr, "keylessd: out of memory\n");
         return 1;
@@ -94,8 +94,9 @@ int kl_daemon_main(int argc, char **argv, const char *version)
     kl_problems earlier = {
         .errors = cfg->nerrors,
         .warnings = cfg->nwarnings +
-                    kl_limits_process_setup(cfg->allow_core_dumps,
-                                            (size_t)cfg->max_connections),
+                    kl_limits_process_setup(
+                        cfg->allow_core_dumps,
+                        (size_t)kl_settings_of(cfg)->server.max_connections),
     };
 
     if (cfg->check || cfg->keystore_debug || cfg->config_only ||

@@ -12,6 +12,7 @@
 
 #include "config/config.h"
 #include "core/log.h"
+#include "daemon/settings.h"
 #include "keys/keystore.h"
 #include "tls/tls.h"
 

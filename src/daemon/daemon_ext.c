@@ -15,67 +15,21 @@
 #include "daemon/daemon_ext.h"
 #include "tls/certcheck.h"
 
-static int ms(uint64_t ns)
+/* The router's options as the configuration has them (unset: NULL). */
+static const kl_router_opts *router_cfg(const kl_config *cfg)
 {
-    uint64_t v = ns / KL_NS_PER_MS;
-    return v > (uint64_t)INT32_MAX ? INT32_MAX : (int)v;
-}
-
-static const char *or_default(const char *v, const char *d)
-{
-    return v && *v ? v : d;
-}
-
-/* The router's options from the configuration: its identity toward the
- * remotes defaults to the server's own (auth_cert, auth_key) and the
- * remotes must chain to the CA that signs clients here. */
-static kl_router_opts router_opts(const kl_config *cfg)
-{
-    return (kl_router_opts){
-        .table_file = cfg->router_table,
-        .cert_file = or_default(cfg->router_cert, cfg->auth_cert),
-        .key_file = or_default(cfg->router_key, cfg->auth_key),
-        .ca_file = or_default(cfg->router_ca, cfg->cloudflare_ca_cert),
-        .server_name = or_default(cfg->router_server_name, NULL),
-        .default_deadline_ms = ms(cfg->router_default_deadline_ns),
-        .max_attempts = cfg->router_max_attempts,
-        .max_hops = cfg->router_max_hops,
-        .timeout_floor_ms = ms(cfg->router_timeout_floor_ns),
-        .timeout_ceiling_ms = ms(cfg->router_timeout_ceiling_ns),
-        .timeout_p99_factor = cfg->router_timeout_p99_factor,
-        .ping_interval_ms = ms(cfg->router_ping_interval_ns),
-        .ewma_weight_pct = cfg->router_ewma_weight,
-        .latency_tolerance_pct = cfg->router_latency_tolerance,
-        /* the router's 0 means its default; ours means "never poll" */
-        .reload_poll_ms =
-            cfg->router_reload_poll_ns ? ms(cfg->router_reload_poll_ns) : -1,
-        .dns_refresh_ms = ms(cfg->router_dns_refresh_ns),
-        .connect_timeout_ms = ms(cfg->router_connect_timeout_ns),
-        .conn_inflight_threshold = cfg->router_conn_inflight_threshold,
-        .max_conns_per_remote = cfg->router_max_conns_per_remote,
-        .max_inflight_per_conn = cfg->router_max_inflight_per_conn,
-        .max_fds = cfg->router_max_fds,
-        .max_inflight = cfg->router_max_inflight,
-        .dns_ttl_floor_ms = ms(cfg->router_dns_ttl_floor_ns),
-        .dns_ttl_ceiling_ms = ms(cfg->router_dns_ttl_ceiling_ns),
-        .dns_server = or_default(cfg->router_dns_server, NULL),
-        .conn_idle_ms = ms(cfg->router_conn_idle_timeout_ns),
-        /* the router's 0 means its default; ours means "no hold" */
-        .answer_hold_max_us = cfg->router_answer_hold_ns
-                                  ? (int)(cfg->router_answer_hold_ns / 1000)
-                                  : -1,
-    };
+    return &kl_settings_of_c(cfg)->router;
 }
 
 /* --check resolves a table's dns: names as the router would. */
 static size_t check_resolve(const char *host, char (*out)[64], size_t max,
                             void *arg)
 {
-    const kl_config *cfg = arg;
+    kl_router_opts o = kl_settings_router(arg);
+    uint64_t ms = o.connect_timeout_ns / KL_NS_PER_MS;
     uint32_t ttl;
-    return kl_rt_dns_resolve(or_default(cfg->router_dns_server, NULL),
-                             ms(cfg->router_connect_timeout_ns), host, out, max,
-                             &ttl);
+    return kl_rt_dns_resolve(o.dns_server, ms > INT32_MAX ? INT32_MAX : (int)ms,
+                             host, out, max, &ttl);
 }
 
 static void count_report(void *arg, int level, const char *msg)
@@ -86,11 +40,13 @@ static void count_report(void *arg, int level, const char *msg)
 
 void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
 {
-    if (!cfg->router_table || !*cfg->router_table)
+    const kl_router_opts *rc = router_cfg(cfg);
+    if (!rc->table_file || !*rc->table_file)
         return;
     kl_rt_table *t = NULL;
     char err[1024];
-    if (kl_rt_table_load(cfg->router_table, check_resolve, (void *)cfg, &t, err,
+    if (kl_rt_table_load(rc->table_file, check_resolve,
+                         (void *)kl_settings_of_c(cfg), &t, err,
                          sizeof err) != KL_OK) {
         kl_error("router_table: %s", err);
         p->errors++;
@@ -102,16 +58,15 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
         return; /* no remote: the router presents no certificate */
     /* The router's identity toward the remotes must be a TLS client
      * certificate (docs/ROUTING.md, "The router's certificate"). */
-    kl_router_opts o = router_opts(cfg);
-    bool own = cfg->router_cert && *cfg->router_cert;
+    kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
+    bool own = rc->cert_file && *rc->cert_file;
     kl_client_certcheck cc = {
         .cert_option = own ? "router_cert" : "auth_cert",
         .cert_file = o.cert_file,
         .cert_note = own ? NULL
                          : " (what the router presents to remote key servers "
                            "while router_cert is unset)",
-        .key_option =
-            cfg->router_key && *cfg->router_key ? "router_key" : "auth_key",
+        .key_option = rc->key_file && *rc->key_file ? "router_key" : "auth_key",
         /* auth_key against auth_cert is checked with the identity */
         .key_file = own ? o.key_file : NULL,
         .fix = own ? "Issue the router a certificate with extendedKeyUsage "
@@ -133,14 +88,7 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
  * cannot start is reported and keylessd serves without it. */
 static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
 {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    kl_tracer_opts to = {
-        .endpoint = cfg->tracing_endpoint,
-        .sample_rate = cfg->tracing_sample_rate,
-        .rings = cfg->shards > 0 ? (unsigned)cfg->shards
-                 : ncpu > 0      ? (unsigned)ncpu
-                                 : 1,
-    };
+    kl_tracer_opts to = kl_settings_tracer(kl_settings_of_c(cfg));
     char err[512];
     if (kl_tracer_new(&to, &x->tracer, err, sizeof err) != KL_OK) {
         kl_error("%s; serving without tracing", err);
@@ -149,7 +97,7 @@ static void start_tracing(kl_daemon_ext *x, const kl_config *cfg)
     }
     kl_info("tracing: OTLP/HTTP to %s, sample rate %g (requests with a "
             "span context follow its sampled flag)",
-            cfg->tracing_endpoint, cfg->tracing_sample_rate);
+            to.endpoint, to.sample_rate);
 }
 
 bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
@@ -159,7 +107,7 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
     atomic_init(&x->listening, false);
     atomic_init(&x->draining, false);
     atomic_init(&x->keys, 0);
-    if (cfg->metrics_port > 0) {
+    if (kl_settings_of_c(cfg)->metrics_http.port > 0) {
         x->metrics = kl_metrics_new();
         if (!x->metrics)
             kl_error("metrics: out of memory; serving without them");
@@ -168,7 +116,8 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
     }
     if (cfg->tracing_enabled)
         start_tracing(x, cfg);
-    if (!cfg->router_table || !*cfg->router_table)
+    const kl_router_opts *rc = router_cfg(cfg);
+    if (!rc->table_file || !*rc->table_file)
         return true;
     /* the table and the router's certificate, as --check reports them */
     kl_problems p = {0};
@@ -178,7 +127,7 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
                  "with keylessd --check");
         return false;
     }
-    kl_router_opts o = router_opts(cfg);
+    kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
     o.tracer = x->tracer;
     char err[1024];
     if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
@@ -187,7 +136,7 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
         return false;
     }
     kl_info("geo routing: table %s, hop limit %d, %d attempts per request",
-            cfg->router_table, cfg->router_max_hops, cfg->router_max_attempts);
+            rc->table_file, rc->max_hops, rc->max_attempts);
     return true;
 }
 
@@ -319,9 +268,11 @@ static void export_certs(kl_daemon_ext *x, const kl_config *cfg)
         free(x->cert_src[i]);
         x->cert_src[i] = NULL;
     }
-    const char *files[3] = {
-        cfg->auth_cert, cfg->cloudflare_ca_cert,
-        cfg->router_table && *cfg->router_table ? cfg->router_cert : NULL};
+    const char *files[3] = {cfg->auth_cert, cfg->cloudflare_ca_cert,
+                            router_cfg(cfg)->table_file &&
+                                    *router_cfg(cfg)->table_file
+                                ? router_cfg(cfg)->cert_file
+                                : NULL};
     /* metrics_identities: false names them by option, not by path */
     static const char *const options[3] = {"auth_cert", "cloudflare_ca_cert",
                                            "router_cert"};
@@ -351,17 +302,14 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
     kl_metrics_set_keys_loaded(x->metrics, nkeys);
     export_certs(x, cfg);
     kl_metrics_on_scrape(x->metrics, on_scrape, x);
-    const char *addr = or_default(cfg->metrics_address, cfg->listen_address);
+    kl_metrics_http_opts mo = kl_settings_metrics_http(kl_settings_of_c(cfg));
+    mo.ready = ready;
+    mo.ready_arg = x;
+    mo.remotes = x->router ? remotes : NULL;
+    mo.remotes_arg = x;
+    const char *addr = mo.address;
     char err[512];
-    x->http = kl_metrics_http_start(
-        x->metrics,
-        &(kl_metrics_http_opts){.address = addr,
-                                .port = (uint16_t)cfg->metrics_port,
-                                .ready = ready,
-                                .ready_arg = x,
-                                .remotes = x->router ? remotes : NULL,
-                                .remotes_arg = x},
-        err, sizeof err);
+    x->http = kl_metrics_http_start(x->metrics, &mo, err, sizeof err);
     if (!x->http) {
         /* The reference logs this and goes on serving keys: a key server
          * must not stay down for its metrics. */

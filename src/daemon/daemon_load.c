@@ -162,7 +162,7 @@ kl_tls_ctx *kl_daemon_load_tls(const kl_config *cfg, kl_problems *p)
         .disable_tls13 = !cfg->tls13,
         .verify_time = cfg->has_current_time ? cfg->current_time_unix : 0,
         /* a session for every connection there may be */
-        .session_cache = cfg->max_connections,
+        .session_cache = kl_settings_of_c(cfg)->server.max_connections,
     };
     char err[512];
     kl_tls_ctx *tls = kl_tls_server_ctx_new(&to, err, sizeof err);
@@ -235,13 +235,12 @@ int kl_daemon_check(const kl_config *cfg, kl_problems earlier)
      * limits') counts: the summary's numbers are the lines above it
      * (docs/OPERATIONS.md, Modes) */
     kl_problems p = earlier;
-    check_address("listen_address", cfg->listen_address, &p);
-    if (cfg->metrics_port > 0)
+    const kl_server_opts *so = &kl_settings_of_c(cfg)->server;
+    check_address("listen_address", so->listen_address, &p);
+    const kl_metrics_http_opts *mh = &kl_settings_of_c(cfg)->metrics_http;
+    if (mh->port > 0)
         check_address("metrics_address",
-                      cfg->metrics_address && *cfg->metrics_address
-                          ? cfg->metrics_address
-                          : NULL,
-                      &p);
+                      mh->address && *mh->address ? mh->address : NULL, &p);
     check_pid_file(cfg->pid_file, &p);
     /* a start would enrol or renew (activation/activate.h): the identity
      * files it would write are not checked; kl_activate_check has checked
@@ -250,7 +249,8 @@ int kl_daemon_check(const kl_config *cfg, kl_problems earlier)
     kl_tls_ctx *tls = enrols ? NULL : kl_daemon_load_tls(cfg, &p);
     kl_keystore *ks = kl_daemon_load_keys(cfg, true, &p);
     size_t nkeys = ks ? kl_keystore_count(ks) : 0;
-    bool routing = cfg->router_table && *cfg->router_table;
+    const char *table = kl_settings_of_c(cfg)->router.table_file;
+    bool routing = table && *table;
     if (nkeys == 0 && routing) {
         kl_info("no keys: this keylessd only forwards to the remotes of "
                 "router_table");

@@ -82,10 +82,9 @@ uint64_t kl_reloader_watch_delay(const kl_reloader *r)
 /* Options the running server cannot take up: said once per reload each. */
 static void report_restart_only(const kl_config *old, const kl_config *now)
 {
-    size_t n;
-    const kl_option *opts = kl_config_options(&n);
-    for (size_t i = 0; i < n; i++) {
-        const kl_option *o = &opts[i];
+    const kl_opt_table *t = old->table;
+    for (size_t i = 0; i < t->count; i++) {
+        const kl_option *o = &t->rows[i];
         if ((o->flags & (KL_OPTF_RELOADABLE | KL_OPTF_NO_YAML)) ||
             o->type == KL_OPT_MODE)
             continue;
@@ -183,7 +182,7 @@ void kl_reloader_run(kl_reloader *r, const char *why)
 
     /* The configuration, re-read as at startup. A broken file keeps the
      * running configuration; keys and certificates are still re-read. */
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     char err[1024];
     bool ok = true; /* for keylessd_last_reload_successful */
     if (!cfg ||

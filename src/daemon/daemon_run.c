@@ -58,37 +58,14 @@ static kl_server *start_server(const kl_config *cfg, kl_keystore *ks,
         kl_info("access lists: %zu rule(s) from %s", kl_acl_count(acl),
                 cfg->access_file);
     }
-    /* sign_timeout (the reference's) is the request deadline unless
-     * max_queue_time says otherwise. */
-    uint64_t deadline =
-        cfg->max_queue_time_ns ? cfg->max_queue_time_ns : cfg->sign_timeout_ns;
-    kl_server_opts so = {
-        .listen_address = cfg->listen_address,
-        .port = (uint16_t)cfg->port,
-        .share_port = cfg->listen_reuseport,
-        .shards = cfg->shards,
-        .tls = tls,
-        .keys = ks,
-        .pool = pool,
-        .max_inflight_per_conn = (uint32_t)cfg->max_inflight_per_conn,
-        .max_inflight = (uint32_t)cfg->max_inflight,
-        .idle_timeout_ns = cfg->idle_timeout_ns,
-        .handshake_timeout_ns = cfg->handshake_timeout_ns,
-        .drain_timeout_ns = cfg->drain_timeout_ns,
-        .max_queue_time_ns = deadline,
-        .max_async_jobs = (uint32_t)cfg->max_async_jobs,
-        .max_connections = (uint32_t)cfg->max_connections,
-        .max_handshaking = (uint32_t)cfg->max_handshaking,
-        .max_handshaking_per_source = (uint32_t)cfg->max_handshaking_per_source,
-        .max_handshake_bytes = (uint32_t)cfg->max_handshake_bytes,
-        .max_output = (size_t)cfg->max_output_per_conn,
-        .max_buffered = (size_t)cfg->max_buffered_bytes,
-        .acl = acl,
-        .router = x->router,
-        .metrics = x->metrics,
-        .tracer = x->tracer,
-        .access_log_sample_rate = cfg->access_log_sample_rate,
-    };
+    kl_server_opts so = kl_settings_server(kl_settings_of_c(cfg));
+    so.tls = tls;
+    so.keys = ks;
+    so.pool = pool;
+    so.acl = acl;
+    so.router = x->router;
+    so.metrics = x->metrics;
+    so.tracer = x->tracer;
     char err[512];
     kl_server *srv = kl_server_new(&so, err, sizeof err);
     if (!srv) {
@@ -157,14 +134,12 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGHUP);
     int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    /* HSM keys run on blocking workers, as many as the tokens have
-     * sessions (blocking back ends). */
     /* before any serving thread starts: they apply it themselves */
     kl_sched_configure(cfg->realtime_priority);
-    kl_pool_opts po = {
-        .workers = cfg->workers,
-        .blocking_workers = (int)kl_keystore_token_sessions(ks),
-    };
+    kl_pool_opts po = kl_settings_of(cfg)->pool;
+    /* HSM keys run on blocking workers, as many as the tokens have
+     * sessions (blocking back ends). */
+    po.blocking_workers = (int)kl_keystore_token_sessions(ks);
     kl_daemon_ext x;
     bool ext_ok = kl_ext_start(&x, cfg);
     kl_pool *pool = sfd >= 0 && ext_ok ? kl_pool_new(&po) : NULL;
@@ -186,8 +161,9 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
     /* The sockets listen from kl_server_new on; saying so before the shard
      * threads exist also keeps this line first in the log. */
     size_t nkeys = kl_keystore_count(ks);
-    kl_info("listening on %s:%u with %zu keys (%d shards)", cfg->listen_address,
-            kl_server_port(srv), nkeys, kl_server_shards(srv));
+    kl_info("listening on %s:%u with %zu keys (%d shards)",
+            kl_settings_of(cfg)->server.listen_address, kl_server_port(srv),
+            nkeys, kl_server_shards(srv));
     char *pid_file =
         cfg->pid_file && *cfg->pid_file ? strdup(cfg->pid_file) : NULL;
     int rc = 1;

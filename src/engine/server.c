@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/time.h"
+#include "crypto/async.h"
 #include "engine/acl.h"
 #include "engine/internal.h"
 
@@ -22,28 +23,26 @@
  * sysctl; docs/OPERATIONS.md "Connection limits and the listen backlog"). */
 #define KL_LISTEN_BACKLOG 65535
 
-static void apply_defaults(kl_server_opts *o)
+const kl_server_opts kl_server_defaults = {
+    .listen_address = "0.0.0.0",
+    .port = 2407,
+    .max_inflight_per_conn = 1024, /* protocol P8 asks for at least this */
+    .max_inflight = 65536,
+    .max_output = 8u << 20,
+    .max_buffered = 64u << 20,
+    .idle_timeout_ns = 30 * KL_NS_PER_S,
+    .handshake_timeout_ns = 10 * KL_NS_PER_S,
+    .drain_timeout_ns = 5 * KL_NS_PER_S,
+    .max_connections = 10000,
+    .max_handshaking = 1000,
+    .max_handshaking_per_source = 100,
+    .max_handshake_bytes = 64u << 10,
+    .max_async_jobs = KL_ASYNC_DEFAULT_JOBS,
+};
+
+/* shards 0: one per CPU */
+static void count_shards(kl_server_opts *o)
 {
-    if (!o->max_inflight_per_conn)
-        o->max_inflight_per_conn = 1024;
-    if (!o->max_inflight)
-        o->max_inflight = 65536;
-    if (!o->max_output)
-        o->max_output = 8u << 20;
-    if (!o->max_buffered)
-        o->max_buffered = 64u << 20;
-    if (!o->idle_timeout_ns)
-        o->idle_timeout_ns = 30 * KL_NS_PER_S;
-    if (!o->handshake_timeout_ns)
-        o->handshake_timeout_ns = 10 * KL_NS_PER_S;
-    if (!o->max_connections)
-        o->max_connections = 10000;
-    if (!o->max_handshaking)
-        o->max_handshaking = 1000;
-    if (!o->max_handshaking_per_source)
-        o->max_handshaking_per_source = 100;
-    if (!o->max_handshake_bytes)
-        o->max_handshake_bytes = 64u << 10;
     if (o->shards <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o->shards = n > 0 ? (int)n : 1;
@@ -207,7 +206,7 @@ kl_server *kl_server_new(const kl_server_opts *o, char *err, size_t errlen)
         return NULL;
     }
     srv->o = *o;
-    apply_defaults(&srv->o);
+    count_shards(&srv->o);
     atomic_init(&srv->inflight, 0);
     atomic_init(&srv->stopping, false);
     atomic_init(&srv->gen, 1);

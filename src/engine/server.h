@@ -29,6 +29,10 @@
 
 typedef struct kl_server kl_server;
 
+/* The engine's options. The values are options of keylessd (the daemon's
+ * option table points at these fields, under the names in comments);
+ * start from kl_server_defaults and change what differs. The pointers
+ * are the objects the engine works with, set by whoever starts it. */
 typedef struct kl_server_opts {
     const char *listen_address;     /* numeric IPv4 or IPv6 */
     uint16_t port;                  /* 0: an ephemeral port (tests) */
@@ -38,24 +42,24 @@ typedef struct kl_server_opts {
                                        once kl_server_new succeeded */
     kl_keystore *keys;              /* the same */
     kl_pool *pool;                  /* not owned */
-    uint32_t max_inflight_per_conn; /* 0: 1024 */
-    uint32_t max_inflight;          /* 0: 65536 */
-    size_t max_output;              /* per connection; 0: 8 MiB */
-    size_t max_buffered;            /* all shards together; 0: 64 MiB */
-    uint64_t idle_timeout_ns;       /* 0: 30 s */
-    uint64_t handshake_timeout_ns;  /* 0: 10 s */
-    uint64_t drain_timeout_ns;      /* 0: none (close at once) */
-    uint64_t max_queue_time_ns;     /* 0: no limit */
+    uint32_t max_inflight_per_conn; /* >= 1 */
+    uint32_t max_inflight;          /* >= 1 */
+    size_t max_output;              /* per connection (max_output_per_conn) */
+    size_t max_buffered; /* all shards together (max_buffered_bytes) */
+    uint64_t idle_timeout_ns;
+    uint64_t handshake_timeout_ns;
+    uint64_t drain_timeout_ns;  /* 0: none (close at once) */
+    uint64_t max_queue_time_ns; /* 0: no limit */
     /* operations of providers that pause ASYNC jobs, at once per shard
-     * (docs/DESIGN.md "Accelerators: ASYNC jobs"); 0: 256 */
+     * (docs/DESIGN.md "Accelerators: ASYNC jobs") */
     uint32_t max_async_jobs;
     /* limits.c, acl.c (docs/SECURITY.md) */
-    uint32_t max_connections; /* 0: 10000; more are closed at accept */
-    uint32_t max_handshaking; /* 0: 1000 not yet authenticated */
-    uint32_t max_handshaking_per_source; /* 0: 100 (address or IPv6 /64) */
-    uint32_t max_handshake_bytes; /* 0: 64 KiB before the handshake ends */
-    struct kl_acl *acl;           /* access lists; NULL: none. Owned by the
-                                     server once kl_server_new succeeded */
+    uint32_t max_connections;            /* more are closed at accept */
+    uint32_t max_handshaking;            /* connections not yet authenticated */
+    uint32_t max_handshaking_per_source; /* per address or IPv6 /64 */
+    uint32_t max_handshake_bytes;        /* before the handshake ends */
+    struct kl_acl *acl; /* access lists; NULL: none. Owned by the
+                           server once kl_server_new succeeded */
     /* Geo routing: a request for a key the store does not hold
      * is forwarded when the router's table has it. Not owned; it must
      * outlive the shards' requests: free it after kl_server_wait and
@@ -74,6 +78,9 @@ typedef struct kl_server_opts {
      */
     double access_log_sample_rate;
 } kl_server_opts;
+
+/* Every option's default, and keylessd's (its --help prints these). */
+extern const kl_server_opts kl_server_defaults;
 
 /* Creates the shards and binds their listening sockets. On failure returns
  * NULL with a message (naming the address) in err. */

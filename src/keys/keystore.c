@@ -78,6 +78,23 @@ static const char *signing_provider(const kl_key *k, char *buf, size_t cap)
     return buf;
 }
 
+/* The property query of a key's operations: a key another provider holds
+ * is signed by that provider (its keys cannot be exported: EVP must fetch
+ * there); a key in memory under key_propquery (an accelerator's, or none).
+ * Interned: NULL on allocation failure means the defaults. */
+static const char *intern(const char *text);
+
+static const char *key_propq(const kl_keystore *ks, EVP_PKEY *pkey)
+{
+    const OSSL_PROVIDER *own = EVP_PKEY_get0_provider(pkey);
+    const char *name = own ? OSSL_PROVIDER_get0_name(own) : NULL;
+    if (!name || builtin_provider(name))
+        return ks->propq;
+    char q[96];
+    snprintf(q, sizeof q, "?provider=%s", name);
+    return intern(q);
+}
+
 /* Whether name is in the comma-separated list. */
 static bool listed(const char *list, const char *name)
 {
@@ -266,6 +283,19 @@ kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
 {
     uint8_t ski[KL_SKI_LEN];
     kl_status s = kl_ski_from_pkey(pkey, ski);
+    return kl_keystore_insert_ski(ks, pkey, p11, info, path,
+                                  s == KL_OK ? ski : NULL);
+}
+
+kl_status kl_keystore_insert_ski(kl_keystore *ks, EVP_PKEY *pkey,
+                                 kl_p11_key *p11, const kl_key_info *info,
+                                 const char *path,
+                                 const uint8_t ski_in[KL_SKI_LEN])
+{
+    uint8_t ski[KL_SKI_LEN] = {0};
+    kl_status s = ski_in ? KL_OK : KL_E_KEY;
+    if (ski_in)
+        memcpy(ski, ski_in, KL_SKI_LEN);
     if (s == KL_OK && all_zero(ski, KL_SKI_LEN))
         s = KL_E_KEY; /* protocol P7: never a valid selector */
     if (s != KL_OK) {
@@ -312,7 +342,7 @@ kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,
     k->index = ks->count;
     int size = EVP_PKEY_get_size(pkey);
     k->max_out = size > 0 && size <= UINT16_MAX ? (uint16_t)size : 0;
-    k->propq = p11 ? NULL : ks->propq;
+    k->propq = p11 ? NULL : key_propq(ks, pkey);
     k->backend = p11 ? KL_BACKEND_PKCS11 : file_backend(ks, k);
     if (info->type == KL_KEY_EC && k->backend == KL_BACKEND_FILE)
         ec_scalar(ks, k); /* else signing goes through EVP_PKEY_sign */

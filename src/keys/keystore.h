@@ -114,7 +114,12 @@ KL_WUR kl_status kl_keystore_add_pkey(kl_keystore *ks, EVP_PKEY *pkey,
  * Loads the module (once per store), logs in, and computes the SKI from the
  * public key the token holds. Errors are reported naming the URI with the
  * PIN redacted; KL_E_CONFIG for a bad URI or PIN, KL_E_KEY when the token or
- * the key cannot be used. */
+ * the key cannot be used.
+ * A URI of any other scheme (e.g. tpm2-openssl's "handle:0x81000001") is
+ * opened through OSSL_STORE under key_propquery: a key another OpenSSL
+ * provider holds (docs/OPERATIONS.md "Accelerators and provider keys").
+ * Key files that OpenSSL's own decoders do not read (a TPM's "TSS2 PRIVATE
+ * KEY") are tried the same way by kl_keystore_add_file. */
 KL_WUR kl_status kl_keystore_add_uri(kl_keystore *ks, const char *uri);
 /* Sum of max-sessions over the tokens of the store's PKCS#11 keys: how many
  * blocking workers can use them at once (kl_pool_opts.blocking_workers). */

@@ -124,6 +124,21 @@ kl_status kl_keystore_add_file(kl_keystore *ks, const char *path)
     kl_status s = kl_key_decode_buffer(ks->decoder, buf, len, &pkey, &info, why,
                                        sizeof why);
     OPENSSL_clear_free(buf, len + 1);
+    if (s == KL_E_KEY) {
+        /* a key another provider holds (a TPM's "TSS2 PRIVATE KEY"):
+         * its decoders, through OSSL_STORE; else the decoder's reason */
+        char pwhy[KL_KEY_WHY_LEN];
+        kl_status ps = kl_keystore_add_provider_key(ks, path, path, true, pwhy,
+                                                    sizeof pwhy);
+        if (ps == KL_OK)
+            return KL_OK;
+        /* a provider read a key there but it is not usable: say why */
+        if (ps == KL_E_KEY && strncmp(pwhy, "no private key", 14) != 0 &&
+            strncmp(pwhy, "not a key of another", 20) != 0) {
+            kl_keystore_report(ks, KL_LOG_ERROR, path, "%s", pwhy);
+            return ps;
+        }
+    }
     if (s != KL_OK) {
         kl_keystore_report(ks, KL_LOG_ERROR, path, "%s", why);
         return s;

@@ -72,6 +72,21 @@ kl_status kl_keystore_add_uri(kl_keystore *ks, const char *uri)
 {
     KL_ENSURE(ks != NULL && uri != NULL, KL_E_CONFIG);
     char why[KL_KEY_WHY_LEN];
+    if (strncmp(uri, "pkcs11:", 7) != 0) {
+        /* any other scheme: an OSSL_STORE URI of a provider's key */
+        char *red = kl_p11_uri_redact(uri);
+        const char *name = red ? red : "URI";
+        kl_status ps =
+            kl_keystore_add_provider_key(ks, uri, name, true, why, sizeof why);
+        if (ps != KL_OK)
+            kl_keystore_report(ks, KL_LOG_ERROR, name,
+                               "not a valid PKCS#11 URI (pkcs11:token=...;"
+                               "object=...), nor a key an OpenSSL provider "
+                               "holds: %s",
+                               why);
+        free(red);
+        return ps;
+    }
     kl_p11_uri u;
     kl_status s = kl_p11_uri_parse(uri, &u, why, sizeof why);
     if (s != KL_OK) {

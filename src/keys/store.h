@@ -67,6 +67,22 @@ void kl_keystore_report(const kl_keystore *ks, int level, const char *path,
  * success). A duplicate SKI is reported and the new key dropped (KL_OK). */
 KL_WUR kl_status kl_keystore_insert(kl_keystore *ks, EVP_PKEY *pkey,
                                     const kl_key_info *info, const char *path);
+/* The same with the SKI computed by the caller (NULL: it could not be). */
+KL_WUR kl_status kl_keystore_insert_ski(kl_keystore *ks, EVP_PKEY *pkey,
+                                        kl_p11_key *p11,
+                                        const kl_key_info *info,
+                                        const char *path,
+                                        const uint8_t ski[KL_SKI_LEN]);
+/* provider_key.c: the private key an OpenSSL provider other than
+ * OpenSSL's own yields for uri (OSSL_STORE, under the store's
+ * key_propquery), indexed under label. KL_E_CONFIG with why set when no
+ * provider opens the URI, KL_E_KEY when it yields no such key (a key of
+ * OpenSSL's own providers counts as none: the caller's decoder spoke for
+ * it); a key whose public part fails the checks is also reported unless
+ * quiet. */
+KL_WUR kl_status kl_keystore_add_provider_key(kl_keystore *ks, const char *uri,
+                                              const char *label, bool quiet,
+                                              char *why, size_t whylen);
 /* The same for a token key: pkey is its public key; takes ownership of p11
  * as well. */
 KL_WUR kl_status kl_keystore_insert_p11(kl_keystore *ks, EVP_PKEY *pkey,

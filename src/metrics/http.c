@@ -464,11 +464,16 @@ static int listen_on(const char *addr, uint16_t port, char *err, size_t errlen)
     return fd;
 }
 
+const kl_metrics_http_opts kl_metrics_http_defaults = {
+    .address = "127.0.0.1", /* loopback: the endpoint needs no login */
+    .port = 2406,           /* the reference's */
+};
+
 kl_metrics_http *kl_metrics_http_start(kl_metrics *m,
                                        const kl_metrics_http_opts *o, char *err,
                                        size_t errlen)
 {
-    const char *addr = o->address ? o->address : "127.0.0.1";
+    const char *addr = o->address;
     int lfd = listen_on(addr, o->port, err, errlen);
     if (lfd < 0)
         return NULL;

@@ -268,8 +268,12 @@ typedef struct kl_metrics_http kl_metrics_http;
  * thread, so it must only read thread-safe state. */
 typedef bool (*kl_metrics_ready_fn)(void *arg, char *reason, size_t len);
 
+/* Start from kl_metrics_http_defaults and change what differs;
+ * keylessd's metrics_address and metrics_port options point at .address
+ * and .port (metrics_port 0 means no endpoint there: the daemon does not
+ * start one). */
 typedef struct kl_metrics_http_opts {
-    const char *address;       /* numeric IPv4/IPv6; NULL: "127.0.0.1" */
+    const char *address;       /* numeric IPv4/IPv6 */
     uint16_t port;             /* 0: an ephemeral port (tests) */
     kl_metrics_ready_fn ready; /* NULL: always ready */
     void *ready_arg;
@@ -278,6 +282,8 @@ typedef struct kl_metrics_http_opts {
     kl_metrics_ready_fn remotes;
     void *remotes_arg;
 } kl_metrics_http_opts;
+
+extern const kl_metrics_http_opts kl_metrics_http_defaults;
 
 /* Serves GET/HEAD /metrics, /health (200 "ok" while the process runs),
  * /ready (200 "ready" or 503 with the reason) and /remotes on a thread of

@@ -365,6 +365,16 @@ static void free_parts(kl_tracer *t)
     free(t);
 }
 
+const kl_tracer_opts kl_tracer_defaults = {
+    .service_name = "keylessd",
+    .rings = 1,
+    .ring_slots = 2048,
+    .batch_max = 512,
+    .flush_ms = 1000,
+    .timeout_ms = 2000,
+    .connect_timeout_ms = 1000,
+};
+
 kl_status kl_tracer_new(const kl_tracer_opts *o, kl_tracer **out, char *err,
                         size_t errlen)
 {
@@ -388,20 +398,19 @@ kl_status kl_tracer_new(const kl_tracer_opts *o, kl_tracer **out, char *err,
         return KL_E_NOMEM;
     }
     t->nrings = o->rings;
-    t->batch_max = o->batch_max ? o->batch_max : 512;
-    t->flush_ms = o->flush_ms > 0 ? o->flush_ms : 1000;
-    t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 2000;
-    t->connect_timeout_ms =
-        o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 1000;
+    t->batch_max = o->batch_max;
+    t->flush_ms = o->flush_ms;
+    t->timeout_ms = o->timeout_ms;
+    t->connect_timeout_ms = o->connect_timeout_ms;
     t->endpoint = strdup(o->endpoint);
-    t->service = strdup(o->service_name ? o->service_name : "keylessd");
+    t->service = strdup(o->service_name);
     t->rings = calloc(t->nrings + 1, sizeof *t->rings);
     t->batch = calloc(t->batch_max, sizeof *t->batch);
     t->curl = curl_easy_init();
     t->headers = curl_slist_append(NULL, "Content-Type: application/json");
     bool ok = t->endpoint && t->service && t->rings && t->batch && t->curl &&
               t->headers;
-    unsigned cap = pow2_at_least(o->ring_slots ? o->ring_slots : 2048);
+    unsigned cap = pow2_at_least(o->ring_slots);
     double rate = o->sample_rate;
     for (unsigned i = 0; ok && i <= t->nrings; i++) {
         kl_trace_ring *r = &t->rings[i];

@@ -94,17 +94,21 @@ typedef struct kl_trace_ref {
 typedef struct kl_tracer kl_tracer;
 typedef struct kl_trace_ring kl_trace_ring;
 
+/* Start from kl_tracer_defaults and change what differs; keylessd's
+ * tracing_sample_rate option points at .sample_rate. */
 typedef struct kl_tracer_opts {
     const char *endpoint;     /* OTLP/HTTP URL, e.g. http://h:4318/v1/traces */
-    const char *service_name; /* resource service.name; NULL: "keylessd" */
+    const char *service_name; /* resource service.name */
     double sample_rate;       /* 0..1, for requests without a context */
     unsigned rings;           /* single-producer rings (one per shard) */
-    unsigned ring_slots;      /* spans per ring; 0: 2048 */
-    unsigned batch_max;       /* spans per POST; 0: 512 */
-    int flush_ms;             /* export interval; 0: 1000 */
-    int timeout_ms;           /* whole POST; 0: 2000 */
-    int connect_timeout_ms;   /* 0: 1000 */
+    unsigned ring_slots;      /* spans per ring (rounded up to a power of 2) */
+    unsigned batch_max;       /* spans per POST */
+    int flush_ms;             /* export interval */
+    int timeout_ms;           /* whole POST */
+    int connect_timeout_ms;
 } kl_tracer_opts;
+
+extern const kl_tracer_opts kl_tracer_defaults;
 
 /* Starts the exporter thread. KL_E_CONFIG with err set for a bad
  * endpoint; KL_E_NOMEM. */

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The routing table's life: loaded at start (a bad file stops
  * startup), re-read when the file changes (an mtime/inode/size poll every
- * reload_poll_ms - simple, and it works for editors that replace the file
+ * reload_poll_ns - simple, and it works for editors that replace the file
  * and for symlink swaps alike), re-read on kl_router_reload (SIGHUP), and
- * rebuilt every dns_refresh_ms when it has `dns:` entries.
+ * rebuilt every dns_refresh_ns when it has `dns:` entries.
  *
  * DNS (dns.c): each `dns:` name's A and AAAA records are fetched with
  * their TTL, one remote per address, and the names are resolved again when
- * the smallest TTL runs out (clamped to [dns_ttl_floor_ms,
- * dns_ttl_ceiling_ms]; dns_refresh_ms for names without a TTL, as from
+ * the smallest TTL runs out (clamped to [dns_ttl_floor_ns,
+ * dns_ttl_ceiling_ns]; dns_refresh_ns for names without a TTL, as from
  * /etc/hosts, and as the retry after a failure, during which the previous
  * table and its addresses stay). The new table is installed only when the
  * set of addresses changed, so remotes that stay keep their connections
@@ -43,26 +43,27 @@ static size_t resolve(const char *host, char (*out)[64], size_t max, void *arg)
 {
     dns_ctx *d = arg;
     uint32_t ttl;
-    size_t n = kl_rt_dns_resolve(d->r->o.dns_server, d->r->o.connect_timeout_ms,
-                                 host, out, max, &ttl);
+    size_t n = kl_rt_dns_resolve(d->r->o.dns_server,
+                                 kl_rt_ms(d->r->o.connect_timeout_ns), host,
+                                 out, max, &ttl);
     if (n && ttl < d->ttl)
         d->ttl = ttl;
     return n;
 }
 
 /* When the `dns:` names are due again: their records' TTL within
- * [dns_ttl_floor_ms, dns_ttl_ceiling_ms]; dns_refresh_ms when no record
+ * [dns_ttl_floor_ns, dns_ttl_ceiling_ns]; dns_refresh_ns when no record
  * carried one (names from /etc/hosts) and after a failed resolution. */
 static uint64_t dns_due_ms(const kl_router *r, bool ok, uint32_t ttl)
 {
     const kl_router_opts *o = &r->o;
-    uint64_t ms = !ok || ttl == KL_RT_DNS_NO_TTL ? (uint64_t)o->dns_refresh_ms
-                                                 : (uint64_t)ttl * 1000u;
-    if (ms < (uint64_t)o->dns_ttl_floor_ms)
-        ms = (uint64_t)o->dns_ttl_floor_ms;
-    if (ms > (uint64_t)o->dns_ttl_ceiling_ms)
-        ms = (uint64_t)o->dns_ttl_ceiling_ms;
-    return ms;
+    uint64_t ns =
+        !ok || ttl == KL_RT_DNS_NO_TTL ? o->dns_refresh_ns : kl_s_to_ns(ttl);
+    if (ns < o->dns_ttl_floor_ns)
+        ns = o->dns_ttl_floor_ns;
+    if (ns > o->dns_ttl_ceiling_ns)
+        ns = o->dns_ttl_ceiling_ns;
+    return ns / KL_NS_PER_MS;
 }
 
 /* FNV-1a over the servers' names and addresses: did DNS change anything? */
@@ -96,7 +97,7 @@ static kl_status build(kl_router *r, bool force, char *err, size_t errlen)
         r->table_ino = st.st_ino;
         r->table_size = st.st_size;
     }
-    /* a failed resolution is retried on dns_refresh_ms; the previous
+    /* a failed resolution is retried on dns_refresh_ns; the previous
      * table, with the addresses it had, stays meanwhile */
     r->dns_next_ms = kl_now_ms() + dns_due_ms(r, s == KL_OK, dns.ttl);
     if (s == KL_OK)
@@ -141,7 +142,12 @@ static void *control_main(void *arg)
     pthread_mutex_lock(&r->build_mu);
     while (!r->control_stop) {
         uint64_t now = kl_now_ms();
-        int wait_ms = r->o.reload_poll_ms > 0 ? r->o.reload_poll_ms : 3600000;
+        /* no poll: wake for DNS or to stop only; a poll below 1 ms is
+         * 1 ms */
+        int wait_ms = !r->o.reload_poll_ns ? 3600000
+                      : r->o.reload_poll_ns < KL_NS_PER_MS
+                          ? 1
+                          : kl_rt_ms(r->o.reload_poll_ns);
         if (r->has_dns)
             wait_ms = r->dns_next_ms <= now ? 0
                       : r->dns_next_ms - now < (uint64_t)wait_ms
@@ -156,7 +162,7 @@ static void *control_main(void *arg)
         if (r->control_stop)
             break;
         char err[512];
-        if (r->o.reload_poll_ms > 0 && file_changed(r)) {
+        if (r->o.reload_poll_ns > 0 && file_changed(r)) {
             if (build(r, true, err, sizeof err) != KL_OK)
                 kl_warn("router: routing table not reloaded, the previous "
                         "one stays: %s",
@@ -170,7 +176,7 @@ static void *control_main(void *arg)
                     kl_warn("router: DNS refresh failed, the previous table "
                             "and its addresses stay; retrying every %d ms: "
                             "%s",
-                            r->o.dns_refresh_ms, err);
+                            kl_rt_ms(r->o.dns_refresh_ns), err);
             } else if (r->dns_failing) {
                 kl_info("router: DNS refresh works again after %u failed "
                         "attempt(s)",

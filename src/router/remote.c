@@ -8,7 +8,7 @@
  * - Opened in advance: a remote gets its first connection when the table
  *   names it, and a probe (ping) right away, so the first request finds a
  *   connection up and a latency measured.
- * - Probed every ping_interval_ms: a pong updates the EWMA and marks the
+ * - Probed every ping_interval_ns: a pong updates the EWMA and marks the
  *   remote up; a failed probe marks it down, two in a row replace the
  *   connection (a wedged or black-holed TCP connection is never revived).
  * - Grown on load: another connection only when every connection carries
@@ -16,11 +16,11 @@
  *   that is multiplexed on it), within max_conns_per_remote and the
  *   process's descriptor budget (4 per kl_target); and shrunk when the load
  *   is gone: a connection beyond the remote's first that carried nothing
- *   for conn_idle_ms is closed at the next probe round (the first stays:
- *   it is the one opened in advance).
+ *   for conn_idle_timeout_ns is closed at the next probe round (the first
+ * stays: it is the one opened in advance).
  * - Latency: EWMA over pings and live requests, and a window of the last
  *   KL_RT_SAMPLES round trips whose p99 sets the per-attempt timeout:
- *   p99 x timeout_p99_factor within [timeout_floor_ms, timeout_ceiling_ms]
+ *   p99 x timeout_p99_factor within [timeout_floor_ns, timeout_ceiling_ns]
  *   - never a fixed second. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,11 +76,11 @@ static kl_upconn *conn_new(kl_remote *rm)
         .key_file = r->key_file,
         .ca_file = r->ca_file,
         .server_name = r->server_name,
-        .timeout_ms = r->o.timeout_ceiling_ms,
-        .connect_timeout_ms = r->o.connect_timeout_ms,
+        .timeout_ms = kl_rt_ms(r->o.timeout_ceiling_ns),
+        .connect_timeout_ms = kl_rt_ms(r->o.connect_timeout_ns),
         .ping_interval_ms = -1, /* the router probes on its own schedule */
         .backoff_min_ms = 20,
-        .backoff_max_ms = r->o.ping_interval_ms,
+        .backoff_max_ms = kl_rt_ms(r->o.ping_interval_ns),
         .max_inflight = r->o.max_inflight_per_conn,
         .retry_budget_pct = -1, /* the router retries on another remote */
     };
@@ -162,13 +162,13 @@ int kl_remote_timeout_ms(const kl_remote *rm)
 {
     const kl_router_opts *o = &rm->r->o;
     if (!rm->p99_ns)
-        return o->timeout_ceiling_ms;
-    uint64_t ms = rm->p99_ns * (uint64_t)o->timeout_p99_factor / KL_NS_PER_MS;
-    if (ms < (uint64_t)o->timeout_floor_ms)
-        ms = (uint64_t)o->timeout_floor_ms;
-    if (ms > (uint64_t)o->timeout_ceiling_ms)
-        ms = (uint64_t)o->timeout_ceiling_ms;
-    return (int)ms;
+        return kl_rt_ms(o->timeout_ceiling_ns);
+    uint64_t ns = rm->p99_ns * (uint64_t)o->timeout_p99_factor;
+    if (ns < o->timeout_floor_ns)
+        ns = o->timeout_floor_ns;
+    if (ns > o->timeout_ceiling_ns)
+        ns = o->timeout_ceiling_ns;
+    return kl_rt_ms(ns);
 }
 
 const char *kl_upconn_why(kl_upconn *c, kl_status st, char *buf, size_t len)
@@ -234,8 +234,8 @@ static void probe(kl_upconn *c)
     int timeout = kl_remote_timeout_ms(rm);
     /* a connection not up yet needs its handshake first */
     c->probe_fresh = kl_target_active_server(c->t) < 0;
-    if (c->probe_fresh && timeout < o->connect_timeout_ms)
-        timeout = o->connect_timeout_ms;
+    if (c->probe_fresh && timeout < kl_rt_ms(o->connect_timeout_ns))
+        timeout = kl_rt_ms(o->connect_timeout_ns);
     kl_request_spec ping = {.opcode = KL_OP_PING,
                             .payload = probe_bytes,
                             .payload_len = sizeof probe_bytes - 1};
@@ -376,12 +376,12 @@ void kl_upconn_detach(kl_upconn *c, kl_rreq *q)
         c->idle_since = kl_now_ns();
 }
 
-/* Extra connections that carried nothing for conn_idle_ms: closed (by
+/* Extra connections that carried nothing for conn_idle_timeout_ns: closed (by
  * kl_remote_reap, as dead ones are), keeping one. */
 static void close_idle(kl_remote *rm)
 {
     uint64_t now = kl_now_ns();
-    uint64_t idle_ns = kl_ms_to_ns((uint64_t)rm->r->o.conn_idle_ms);
+    uint64_t idle_ns = rm->r->o.conn_idle_timeout_ns;
     unsigned live = 0;
     for (unsigned i = 0; i < rm->nconns; i++)
         live += !rm->conns[i]->dead;

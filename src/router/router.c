@@ -50,7 +50,7 @@ static bool queued(kl_router *r, kl_rreq *q)
     return in;
 }
 
-/* The batch flush (router.h, answer_hold_max_us). Each answer may wait
+/* The batch flush (router.h, answer_hold_ns). Each answer may wait
  * 1% of its own round trip, at most the configured hold: the flush is due
  * at the earliest of those. Far remotes' answers then reach the shards -
  * and the clients - a few at a time instead of one wake-up, one TLS
@@ -61,9 +61,7 @@ static void hold_answer(kl_router *r, kl_rreq *q)
 {
     uint64_t now = kl_now_ns();
     uint64_t hold = now > q->t0_ns ? (now - q->t0_ns) / 100 : 0;
-    uint64_t max = r->o.answer_hold_max_us > 0
-                       ? (uint64_t)r->o.answer_hold_max_us * 1000
-                       : 0;
+    uint64_t max = r->o.answer_hold_ns;
     if (hold > max)
         hold = max;
     if (!r->flush_pending || now + hold < r->flush_due_ns)
@@ -405,8 +403,7 @@ static void on_probe_timer(kl_loop *loop, kl_timer *t)
 {
     kl_router *r = t->data;
     kl_remote_probe_all(r);
-    if (kl_timer_after(loop, t, kl_ms_to_ns((uint64_t)r->o.ping_interval_ms)) !=
-        KL_OK)
+    if (kl_timer_after(loop, t, r->o.ping_interval_ns) != KL_OK)
         kl_error("router: cannot arm the probe timer; remotes are no longer "
                  "probed");
 }
@@ -449,10 +446,29 @@ static void *router_main(void *arg)
 
 /* ---- public ------------------------------------------------------------ */
 
-static int def(int v, int d)
-{
-    return v > 0 ? v : d;
-}
+const kl_router_opts kl_router_defaults = {
+    .default_deadline_ns = 2 * KL_NS_PER_S,
+    .max_attempts = 3,
+    .max_hops = 3,
+    .timeout_floor_ns = 20 * KL_NS_PER_MS,
+    .timeout_ceiling_ns = 2 * KL_NS_PER_S,
+    .timeout_p99_factor = 10,
+    .ping_interval_ns = 1 * KL_NS_PER_S,
+    .ewma_weight_pct = 20,
+    .latency_tolerance_pct = 10,
+    .reload_poll_ns = 1 * KL_NS_PER_S,
+    .dns_refresh_ns = 30 * KL_NS_PER_S,
+    .connect_timeout_ns = 2 * KL_NS_PER_S,
+    .conn_inflight_threshold = 256,
+    .max_conns_per_remote = 8,
+    .max_inflight_per_conn = 1024,
+    .max_fds = 1024,
+    .max_inflight = 65536,
+    .dns_ttl_floor_ns = 5 * KL_NS_PER_S,
+    .dns_ttl_ceiling_ns = 3600 * KL_NS_PER_S,
+    .conn_idle_timeout_ns = 60 * KL_NS_PER_S,
+    .answer_hold_ns = 1 * KL_NS_PER_MS,
+};
 
 static char *dup_or_null(const char *s)
 {
@@ -476,50 +492,26 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
                  opts->dns_server);
         return KL_E_CONFIG;
     }
-    if (opts->dns_ttl_floor_ms > 0 && opts->dns_ttl_ceiling_ms > 0 &&
-        opts->dns_ttl_floor_ms > opts->dns_ttl_ceiling_ms) {
+    if (opts->dns_ttl_floor_ns > opts->dns_ttl_ceiling_ns) {
         snprintf(err, errlen,
                  "router: router_dns_ttl_floor (%d ms) is above "
                  "router_dns_ttl_ceiling (%d ms); raise the ceiling or lower "
                  "the floor",
-                 opts->dns_ttl_floor_ms, opts->dns_ttl_ceiling_ms);
+                 kl_rt_ms(opts->dns_ttl_floor_ns),
+                 kl_rt_ms(opts->dns_ttl_ceiling_ns));
         return KL_E_CONFIG;
     }
     kl_router *r = calloc(1, sizeof *r);
     KL_ENSURE(r != NULL, KL_E_NOMEM);
     r->o = *opts;
     kl_router_opts *o = &r->o;
-    o->default_deadline_ms = def(o->default_deadline_ms, 2000);
-    o->max_attempts = def(o->max_attempts, 3);
+    /* bounds the option table enforces, kept for other callers */
     if (o->max_attempts > KL_RT_MAX_ATTEMPTS)
         o->max_attempts = KL_RT_MAX_ATTEMPTS;
-    o->max_hops = def(o->max_hops, 3);
-    o->timeout_floor_ms = def(o->timeout_floor_ms, 20);
-    o->timeout_ceiling_ms = def(o->timeout_ceiling_ms, 2000);
-    if (o->timeout_ceiling_ms < o->timeout_floor_ms)
-        o->timeout_ceiling_ms = o->timeout_floor_ms;
-    o->timeout_p99_factor = def(o->timeout_p99_factor, 10);
-    o->ping_interval_ms = def(o->ping_interval_ms, 1000);
-    o->ewma_weight_pct = def(o->ewma_weight_pct, 20);
+    if (o->timeout_ceiling_ns < o->timeout_floor_ns)
+        o->timeout_ceiling_ns = o->timeout_floor_ns;
     if (o->ewma_weight_pct > 100)
         o->ewma_weight_pct = 100;
-    o->latency_tolerance_pct = def(o->latency_tolerance_pct, 10);
-    if (o->reload_poll_ms == 0)
-        o->reload_poll_ms = 1000;
-    o->dns_refresh_ms = def(o->dns_refresh_ms, 30000);
-    o->dns_ttl_floor_ms = def(o->dns_ttl_floor_ms, 5000);
-    o->dns_ttl_ceiling_ms = def(o->dns_ttl_ceiling_ms, 3600000);
-    if (o->dns_ttl_ceiling_ms < o->dns_ttl_floor_ms)
-        o->dns_ttl_ceiling_ms = o->dns_ttl_floor_ms;
-    o->conn_idle_ms = def(o->conn_idle_ms, 60000);
-    if (o->answer_hold_max_us == 0)
-        o->answer_hold_max_us = 1000;
-    o->connect_timeout_ms = def(o->connect_timeout_ms, 2000);
-    o->conn_inflight_threshold = def(o->conn_inflight_threshold, 256);
-    o->max_conns_per_remote = def(o->max_conns_per_remote, 8);
-    o->max_inflight_per_conn = def(o->max_inflight_per_conn, 1024);
-    o->max_fds = def(o->max_fds, 1024);
-    o->max_inflight = def(o->max_inflight, 65536);
     r->table_file = dup_or_null(opts->table_file);
     r->cert_file = dup_or_null(opts->cert_file);
     r->key_file = dup_or_null(opts->key_file);
@@ -551,8 +543,8 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
         return st;
     }
     /* installed on the loop thread before anything else runs there */
-    if (kl_timer_after(r->loop, &r->probe_timer,
-                       kl_ms_to_ns((uint64_t)o->ping_interval_ms)) != KL_OK ||
+    if (kl_timer_after(r->loop, &r->probe_timer, o->ping_interval_ns) !=
+            KL_OK ||
         pthread_create(&r->thread, NULL, router_main, r) != 0) {
         kl_router_free(r);
         return KL_E_NOMEM;
@@ -639,11 +631,11 @@ kl_status kl_router_route(kl_router *r, const kl_route_req *rr,
                           (uint8_t *)q->spec.span_context,
                           q->spec.span_context_len);
     q->hops = rr->ctx && rr->ctx->has_hops ? rr->ctx->hops : 0;
-    uint64_t ms = rr->ctx && rr->ctx->has_deadline
-                      ? rr->ctx->deadline_ms
-                      : (uint64_t)r->o.default_deadline_ms;
+    uint64_t budget = rr->ctx && rr->ctx->has_deadline
+                          ? kl_ms_to_ns(rr->ctx->deadline_ms)
+                          : r->o.default_deadline_ns;
     q->t0_ns = kl_now_ns();
-    q->deadline_ns = q->t0_ns + kl_ms_to_ns(ms);
+    q->deadline_ns = q->t0_ns + budget;
     if (h)
         h->req = q;
     /* The shard's whole hand-over: one counter, the inbox lock for a few

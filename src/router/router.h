@@ -12,13 +12,13 @@
  *   policy; ordered healthy first, then by measured latency (EWMA of pings
  *   and live requests; latencies within latency_tolerance_pct tie), then
  *   priority. Up to max_attempts are tried within the request's deadline
- *   (P9 deadline_ms, else default_deadline_ms), which each attempt carries
+ *   (P9 deadline_ms, else default_deadline_ns), which each attempt carries
  *   upstream. An attempt times out when its connection has answered
  *   nothing for the route's timeout since the attempt was sent: p99 of
- *   its quiet waits x timeout_p99_factor within [timeout_floor_ms,
- *   timeout_ceiling_ms] - queueing behind a burst is not loss.
+ *   its quiet waits x timeout_p99_factor within [timeout_floor_ns,
+ *   timeout_ceiling_ns] - queueing behind a burst is not loss.
  * - Upstream connections are libkeyless kl_targets (one connection each),
- *   opened in advance, probed by ping every ping_interval_ms, replaced when
+ *   opened in advance, probed by ping every ping_interval_ns, replaced when
  *   dead; a remote gets another connection only when every connection it
  *   has carries conn_inflight_threshold requests, within max_conns_per_remote
  *   and a per-process descriptor budget (max_fds).
@@ -42,52 +42,59 @@
 
 typedef struct kl_router kl_router;
 
+/* The router's options: keylessd's router_* options point at these
+ * fields (router_<field name>; the percentages without _pct). Start from
+ * kl_router_defaults and change what differs. Durations in nanoseconds
+ * (core/time.h). */
 typedef struct kl_router_opts {
     const char *table_file; /* YAML routing table (required) */
     /* the router's client identity toward remote key servers (P1) */
     const char *cert_file, *key_file;
-    const char *ca_file;         /* CA the remotes must chain to (required) */
-    const char *server_name;     /* name checked in remote certificates; NULL:
-                                    each remote's host */
-    int default_deadline_ms;     /* requests without deadline_ms; 0: 2000 */
-    int max_attempts;            /* remotes tried per request; 0: 3 */
-    int max_hops;                /* P9 hops limit; 0: 3 */
-    int timeout_floor_ms;        /* per-attempt timeout bounds; 0: 20 */
-    int timeout_ceiling_ms;      /* 0: 2000 */
-    int timeout_p99_factor;      /* attempt timeout = p99 x this; 0: 10 */
-    int ping_interval_ms;        /* health/latency probe per remote; 0: 1000 */
-    int ewma_weight_pct;         /* weight of a new latency sample; 0: 20 */
-    int latency_tolerance_pct;   /* latencies this close tie; 0: 10 */
-    int reload_poll_ms;          /* table file mtime check; 0: 1000, <0: off */
-    int dns_refresh_ms;          /* dns: entries re-resolved; 0: 30000 */
-    int connect_timeout_ms;      /* TCP + TLS to a remote; 0: 2000 */
-    int conn_inflight_threshold; /* add a connection above; 0: 256 */
-    int max_conns_per_remote;    /* 0: 8 */
-    int max_inflight_per_conn;   /* 0: 1024 */
-    int max_fds;                 /* descriptors for upstreams; 0: 1024 */
-    int max_inflight;            /* routed requests at once; 0: 65536 */
+    const char *ca_file;          /* CA the remotes must chain to (required) */
+    const char *server_name;      /* name checked in remote certificates; NULL:
+                                     each remote's host */
+    uint64_t default_deadline_ns; /* requests without deadline_ms */
+    int max_attempts;             /* remotes tried per request */
+    int max_hops;                 /* P9 hops limit */
+    uint64_t timeout_floor_ns;    /* per-attempt timeout bounds */
+    uint64_t timeout_ceiling_ns;
+    int timeout_p99_factor;      /* attempt timeout = p99 x this */
+    uint64_t ping_interval_ns;   /* health/latency probe per remote */
+    int ewma_weight_pct;         /* weight of a new latency sample */
+    int latency_tolerance_pct;   /* latencies this close tie */
+    uint64_t reload_poll_ns;     /* table file mtime check; 0: never */
+    uint64_t dns_refresh_ns;     /* dns: entries re-resolved */
+    uint64_t connect_timeout_ns; /* TCP + TLS to a remote */
+    int conn_inflight_threshold; /* add a connection above */
+    int max_conns_per_remote;
+    int max_inflight_per_conn;
+    int max_fds;      /* descriptors for upstreams */
+    int max_inflight; /* routed requests at once */
     /* dns: names are resolved again when their records' TTL runs out,
-     * within these bounds; dns_refresh_ms is for names without a TTL and
+     * within these bounds; dns_refresh_ns is for names without a TTL and
      * the retry after a failure */
-    int dns_ttl_floor_ms;   /* 0: 5000 */
-    int dns_ttl_ceiling_ms; /* 0: 3600000 */
+    uint64_t dns_ttl_floor_ns;
+    uint64_t dns_ttl_ceiling_ns;
     const char *dns_server; /* "a.b.c.d:port" instead of resolv.conf's */
     /* an upstream connection beyond a remote's first, idle this long, is
-     * closed (the first stays, opened in advance); 0: 60000 */
-    int conn_idle_ms;
+     * closed (the first stays, opened in advance) */
+    uint64_t conn_idle_timeout_ns;
     /* Answers of far remotes reach their callers in batches: a done
      * callback may leave its wake-up to flush, which the router calls on
-     * its thread at most answer_hold_max_us (0: 1000; < 0: at once) after
+     * its thread at most answer_hold_ns (0: at once) after
      * an answer, and never later than 1% of that answer's own round trip
      * - a 175 ms remote's answers travel together, a 0.3 ms remote's go
      * at once (the in-order outage; docs/ROUTING.md "Head-of-line blocking:
      * local latency with remote traffic"). Without a
      * flush (kl_router_set_flush) nothing is held. */
-    int answer_hold_max_us;
+    uint64_t answer_hold_ns;
     /* spans for route choice and attempts (metrics/trace.h);
      * NULL: none. Must outlive the router. */
     struct kl_tracer *tracer;
 } kl_router_opts;
+
+/* Every option's default, and keylessd's (its --help prints these). */
+extern const kl_router_opts kl_router_defaults;
 
 /* What to forward: the request as the server parsed it (protocol P3) and
  * its parsed request context (tag 0x16) or NULL. Everything is copied. */
@@ -124,7 +131,7 @@ void kl_router_free(kl_router *r);
 
 /* Forwards a request. done runs later on the router thread (never inside
  * this call). KL_E_NOMEM is the only failure (done is then not called). */
-/* Sets the batch flush (see answer_hold_max_us) before requests are
+/* Sets the batch flush (see answer_hold_ns) before requests are
  * routed; fn NULL turns it off. fn runs on the router thread, or on the
  * caller's thread inside kl_router_free. */
 void kl_router_set_flush(kl_router *r, void (*fn)(void *arg), void *arg);
@@ -151,18 +158,19 @@ KL_WUR kl_status kl_router_reload(kl_router *r, char *err, size_t errlen);
 typedef struct kl_remote_stats {
     char name[80];
     char region[72];
-    bool up;              /* last probe or request succeeded */
-    bool in_table;        /* false: removed, draining */
-    double ewma_ms;       /* < 0: no sample yet */
-    double p99_ms;        /* of the quiet waits (stall.c); < 0: none */
-    int timeout_ms;       /* current per-attempt timeout */
-    unsigned conns;       /* upstream connections */
-    uint64_t idle_closed; /* extra connections closed after conn_idle_ms */
-    uint64_t sent;        /* attempts sent to it */
-    uint64_t ok;          /* answered (any P6 answer) */
-    uint64_t failed;      /* timeouts and connection failures */
-    uint64_t lost;        /* of those: overtaken by later requests for the same
-                             key while the remote kept answering (stall.c) */
+    bool up;        /* last probe or request succeeded */
+    bool in_table;  /* false: removed, draining */
+    double ewma_ms; /* < 0: no sample yet */
+    double p99_ms;  /* of the quiet waits (stall.c); < 0: none */
+    int timeout_ms; /* current per-attempt timeout */
+    unsigned conns; /* upstream connections */
+    uint64_t
+        idle_closed; /* extra connections closed after conn_idle_timeout_ns */
+    uint64_t sent;   /* attempts sent to it */
+    uint64_t ok;     /* answered (any P6 answer) */
+    uint64_t failed; /* timeouts and connection failures */
+    uint64_t lost;   /* of those: overtaken by later requests for the same
+                        key while the remote kept answering (stall.c) */
     uint64_t inflight;
 } kl_remote_stats;
 

@@ -22,11 +22,20 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "core/time.h"
 #include "keyless/client.h"
 #include "loop/loop.h"
 #include "metrics/trace.h"
 #include "router/router.h"
 #include "router/table.h"
+
+/* A duration of the options as the int milliseconds libkeyless and the
+ * resolver take. */
+static inline int kl_rt_ms(uint64_t ns)
+{
+    uint64_t ms = ns / KL_NS_PER_MS;
+    return ms > (uint64_t)INT32_MAX ? INT32_MAX : (int)ms;
+}
 
 #define KL_RT_SAMPLES 128 /* latency window per remote, for the p99 */
 #define KL_RT_FDS_PER_CONN                                                     \

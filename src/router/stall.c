@@ -9,7 +9,7 @@
  * before; a healthy remote whose workers are busy with a burst keeps
  * answering, so the requests queued behind the burst wait for their turn
  * however long the queue, bounded by their own deadline (protocol P9
- * deadline_ms, or default_deadline_ms), which libkeyless enforces and the
+ * deadline_ms, or default_deadline_ns), which libkeyless enforces and the
  * remote sees. (The timeout used to be libkeyless's budget for the attempt:
  * 20 ms on a loopback route. The remote got deadline_ms = 20, shed what
  * its queue could not start in time, and a burst of 512 ended as ~1/4
@@ -80,8 +80,8 @@ static uint64_t stall_ns(const kl_upconn *c)
 {
     int ms = kl_remote_timeout_ms(c->rm);
     if (kl_target_active_server(c->t) < 0 &&
-        ms < c->rm->r->o.connect_timeout_ms)
-        ms = c->rm->r->o.connect_timeout_ms;
+        ms < kl_rt_ms(c->rm->r->o.connect_timeout_ns))
+        ms = kl_rt_ms(c->rm->r->o.connect_timeout_ns);
     return kl_ms_to_ns((uint64_t)ms);
 }
 

@@ -66,6 +66,12 @@ static settings set = {.latency_us = 1000, .slots = 64, .timeout_ms = 2000};
 static unsigned long fail_left, lose_left;
 static kl_accel_stats stats;
 static memo_entry *memo; /* the device thread's */
+/* when the sleeping device wakes by itself: UINT64_MAX when it waits for a
+ * signal, 0 while it works. A submission signals it only when it must wake
+ * sooner: one futex wake fewer per operation, which a card's queue does
+ * not cost either. */
+static uint64_t dev_wakes_at;
+static unsigned blocked_callers; /* waiting on `answered` */
 
 static pthread_mutex_t ctl_mu = PTHREAD_MUTEX_INITIALIZER;
 static char ctl_text[CTL_MAX + 1];
@@ -305,7 +311,8 @@ static void finish(acc_op *op)
         if (write(op->efd, &one, sizeof one) < 0 && errno != EAGAIN)
             op->siglen = 0;
     }
-    pthread_cond_broadcast(&answered);
+    if (blocked_callers)
+        pthread_cond_broadcast(&answered);
 }
 
 static void expire(uint64_t now)
@@ -338,16 +345,18 @@ static void wait_next(uint64_t now)
         next = active.head->due_ns;
     if (all.head && all.head->deadline_ns < next)
         next = all.head->deadline_ns;
-    if (next == UINT64_MAX) {
-        pthread_cond_wait(&dev_wake, &mu);
-        return;
-    }
     if (next <= now)
         return;
-    /* dev_wake uses CLOCK_MONOTONIC (acc_dev_start) */
-    struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ull),
-                          .tv_nsec = (long)(next % 1000000000ull)};
-    pthread_cond_timedwait(&dev_wake, &mu, &ts);
+    dev_wakes_at = next;
+    if (next == UINT64_MAX) {
+        pthread_cond_wait(&dev_wake, &mu);
+    } else {
+        /* dev_wake uses CLOCK_MONOTONIC (acc_dev_start) */
+        struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ull),
+                              .tv_nsec = (long)(next % 1000000000ull)};
+        pthread_cond_timedwait(&dev_wake, &mu, &ts);
+    }
+    dev_wakes_at = 0;
 }
 
 static void *device_main(void *arg)
@@ -497,8 +506,13 @@ static bool submit(acc_op *op, uint64_t now)
         fail_left -= op->fail;
         op->state = OP_WAITING;
         q_push(&waiting, op);
+        fill_slots(now); /* its due time counts from now */
     }
-    pthread_cond_signal(&dev_wake);
+    uint64_t wake = op->deadline_ns;
+    if (op->state == OP_ACTIVE && !set.stopped && op->due_ns < wake)
+        wake = op->due_ns;
+    if (dev_wakes_at && wake < dev_wakes_at)
+        pthread_cond_signal(&dev_wake);
     return true;
 }
 
@@ -508,8 +522,10 @@ static void await(acc_op *op)
 {
     if (op->efd < 0) {
         stats.blocked++;
+        blocked_callers++;
         while (op->state != OP_DONE)
             pthread_cond_wait(&answered, &mu);
+        blocked_callers--;
         return;
     }
     stats.paused++;
@@ -518,8 +534,10 @@ static void await(acc_op *op)
         if (!ASYNC_pause_job()) {
             /* cannot pause: wait here instead */
             pthread_mutex_lock(&mu);
+            blocked_callers++;
             while (op->state != OP_DONE)
                 pthread_cond_wait(&answered, &mu);
+            blocked_callers--;
             break;
         }
         uint64_t v;

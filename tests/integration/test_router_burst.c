@@ -87,7 +87,7 @@ static void fx_stop(fixture *fx)
 static kl_router *router_defaults(const fixture *fx)
 {
     kl_router_opts o = rh_opts(fx->table);
-    o.timeout_floor_ms = 0; /* the default, 20 ms */
+    o.timeout_floor_ns = kl_router_defaults.timeout_floor_ns; /* 20 ms */
     kl_router *r = rh_router(&o);
     rh_wait_measured(r, fx->has_spare ? 2 : 1);
     return r;
@@ -172,7 +172,7 @@ static void test_burst_stays(void **state)
     fixture fx;
     fx_start(&fx, true);
     kl_router_opts o = rh_opts(fx.table);
-    o.timeout_floor_ms = 100;
+    o.timeout_floor_ns = 100 * KL_NS_PER_MS;
     kl_router *r = rh_router(&o);
     rh_wait_measured(r, 2);
     int timeout = timeout_of(r, "slow");
@@ -216,7 +216,7 @@ static void test_stall_fails_over(void **state)
     fixture fx;
     fx_start(&fx, true);
     kl_router_opts o = rh_opts(fx.table);
-    o.timeout_floor_ms = 100;
+    o.timeout_floor_ns = 100 * KL_NS_PER_MS;
     kl_router *r = rh_router(&o);
     rh_wait_measured(r, 2);
     int timeout = timeout_of(r, "slow");

@@ -24,9 +24,10 @@ static void test_one_connection_capacity(void **state)
                  sizeof table); /* 100 ms round trip */
     kl_router_opts o = rh_opts(table);
     o.max_conns_per_remote = 1;
-    o.default_deadline_ms = 5000;
-    o.timeout_ceiling_ms = 5000;
-    o.timeout_floor_ms = 2000; /* queueing must not be taken for loss */
+    o.default_deadline_ns = 5000 * KL_NS_PER_MS;
+    o.timeout_ceiling_ns = 5000 * KL_NS_PER_MS;
+    o.timeout_floor_ns =
+        2000 * KL_NS_PER_MS; /* queueing must not be taken for loss */
     kl_router *r = rh_router(&o);
     rh_wait_measured(r, 1);
 

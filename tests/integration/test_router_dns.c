@@ -188,11 +188,12 @@ static kl_router *router(int floor_ms, int ceiling_ms)
 {
     kl_router_opts o = rh_opts(table);
     o.dns_server = server;
-    o.dns_refresh_ms = 100; /* what a fixed interval would have done */
-    o.dns_ttl_floor_ms = floor_ms;
-    o.dns_ttl_ceiling_ms = ceiling_ms;
-    o.connect_timeout_ms = 1000;
-    o.ping_interval_ms = 1000;
+    o.dns_refresh_ns =
+        100 * KL_NS_PER_MS; /* what a fixed interval would have done */
+    o.dns_ttl_floor_ns = (uint64_t)floor_ms * KL_NS_PER_MS;
+    o.dns_ttl_ceiling_ns = (uint64_t)ceiling_ms * KL_NS_PER_MS;
+    o.connect_timeout_ns = 1000 * KL_NS_PER_MS;
+    o.ping_interval_ns = 1000 * KL_NS_PER_MS;
     return rh_router(&o);
 }
 
@@ -307,8 +308,8 @@ static void test_bad_server_option(void **state)
     assert_non_null(strstr(err, "router_dns_server"));
     assert_non_null(strstr(err, "IPv4:port"));
     o.dns_server = server;
-    o.dns_ttl_floor_ms = 10000;
-    o.dns_ttl_ceiling_ms = 5000;
+    o.dns_ttl_floor_ns = 10000 * KL_NS_PER_MS;
+    o.dns_ttl_ceiling_ns = 5000 * KL_NS_PER_MS;
     assert_int_equal(kl_router_new(&o, &r, err, sizeof err), KL_E_CONFIG);
     assert_null(r);
     assert_non_null(strstr(err, "router_dns_ttl_floor (10000 ms) is above"));

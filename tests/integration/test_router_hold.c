@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The router's answer batching (router.h answer_hold_max_us):
+/* The router's answer batching (router.h answer_hold_ns):
  * answers of a far remote reach the caller in batches - one flush for
  * several answers - each held at most 1% of its own round trip (and at
  * most the configured hold); a near remote's answers are not held. Real
@@ -62,7 +62,7 @@ typedef struct result {
 
 /* N requests for ski through a router whose one remote is oneway_ms away,
  * one every gap_ms; how the answers were flushed. */
-static result run(unsigned oneway_ms, double gap_ms, int hold_max_us)
+static result run(unsigned oneway_ms, double gap_ms, unsigned hold_max_us)
 {
     char *dir = tp_tempdir("router-hold"), *keydir = tp_tempdir("router-holdk");
     uint8_t ski[20];
@@ -70,9 +70,9 @@ static result run(unsigned oneway_ms, double gap_ms, int hold_max_us)
     char table[1024];
     rh_one_route(&dc, "hold", dir, keydir, oneway_ms, ski, table, sizeof table);
     kl_router_opts o = rh_opts(table);
-    o.answer_hold_max_us = hold_max_us;
-    o.default_deadline_ms = 5000;
-    o.timeout_floor_ms = 2000;
+    o.answer_hold_ns = (uint64_t)hold_max_us * KL_NS_PER_US;
+    o.default_deadline_ns = 5000 * KL_NS_PER_MS;
+    o.timeout_floor_ns = 2000 * KL_NS_PER_MS;
     kl_router *r = rh_router(&o);
     static rec rc;
     memset(&rc, 0, sizeof rc);
@@ -122,7 +122,7 @@ static result run(unsigned oneway_ms, double gap_ms, int hold_max_us)
     result res = {rc.ndone, rc.nflush, waits[N / 2], waits[N - 1]};
     free(rc.flush_ms);
     fprintf(stderr,
-            "remote %u ms away, a request every %.2f ms, hold <= %d us: %u "
+            "remote %u ms away, a request every %.2f ms, hold <= %u us: %u "
             "answers in %u flushes; answer -> flush median %.3f ms, max "
             "%.3f ms\n",
             2 * oneway_ms, gap_ms, hold_max_us, res.answers, res.flushes,
@@ -157,12 +157,12 @@ static void test_near_answers_not_held(void **state)
     assert_true(r.median_wait_ms <= 0.5);
 }
 
-/* Hold off (answer_hold_max_us < 0): a far remote's answers are not
+/* Hold off (answer_hold_ns 0): a far remote's answers are not
  * held either. */
 static void test_hold_off(void **state)
 {
     (void)state;
-    result r = run(50, 1.0, -1);
+    result r = run(50, 1.0, 0);
     assert_true(r.flushes >= r.answers / 4);
     assert_true(r.median_wait_ms <= 0.5);
 }

@@ -32,8 +32,9 @@ static void test_extra_connections_close_when_idle(void **state)
     kl_router_opts o = rh_opts(table);
     o.conn_inflight_threshold = 8;
     o.max_conns_per_remote = 4;
-    o.conn_idle_ms = 600;
-    o.timeout_floor_ms = 2000; /* a stalled machine is not a lost remote */
+    o.conn_idle_timeout_ns = 600 * KL_NS_PER_MS;
+    o.timeout_floor_ns =
+        2000 * KL_NS_PER_MS; /* a stalled machine is not a lost remote */
     kl_router *r = rh_router(&o);
     rh_wait_measured(r, 1);
     assert_int_equal(stats_of(r).conns, 1);

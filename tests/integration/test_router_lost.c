@@ -177,8 +177,8 @@ static void write_table(const char *path, const uint8_t *ski, unsigned lossy,
 static kl_router *router_for(const char *table, size_t remotes)
 {
     kl_router_opts o = rh_opts(table);
-    o.timeout_floor_ms = FLOOR_MS;
-    o.default_deadline_ms = 5000;
+    o.timeout_floor_ns = (uint64_t)FLOOR_MS * KL_NS_PER_MS;
+    o.default_deadline_ns = 5000 * KL_NS_PER_MS;
     kl_router *r = rh_router(&o);
     rh_wait_measured(r, remotes);
     return r;

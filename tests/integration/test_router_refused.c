@@ -42,8 +42,9 @@ static void test_refused_route_answers_at_once(void **state)
              (unsigned)tn_free_port(), tp_ski_hex(ski));
     fp_write_file(table, text);
     kl_router_opts o = rh_opts(table);
-    o.timeout_floor_ms = 2000; /* a timeout would be plain to see */
-    o.timeout_ceiling_ms = 3000;
+    o.timeout_floor_ns =
+        2000 * KL_NS_PER_MS; /* a timeout would be plain to see */
+    o.timeout_ceiling_ns = 3000 * KL_NS_PER_MS;
     kl_router *r = rh_router(&o);
     rh_req q;
     rh_req_make(&q, ski, -1, NULL);

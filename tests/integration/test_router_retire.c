@@ -92,7 +92,7 @@ static void test_reload_storm_under_lookups(void **state)
     snprintf(table, sizeof table, "%s/table.yaml", tmp);
     write_version(table, port, always, 0);
     kl_router_opts o = rh_opts(table);
-    o.reload_poll_ms = -1; /* reloads are this test's, one at a time */
+    o.reload_poll_ns = 0; /* never: reloads are this test's, one at a time */
     kl_router *r = rh_router(&o);
 
     atomic_bool stop = false;

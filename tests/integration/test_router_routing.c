@@ -335,7 +335,8 @@ static void test_policy_and_limits(void **state)
              la, lb, c.p.port);
     write_table(all);
     kl_router_opts o = rh_opts(table);
-    o.ping_interval_ms = 60000; /* no probes while bytes are counted */
+    o.ping_interval_ns =
+        60000 * KL_NS_PER_MS; /* no probes while bytes are counted */
     kl_router *r = rh_router(&o);
     fp_sleep_ms(500); /* the first probes (at install) are done */
     fp_stats a0 = fp_read_stats(&a.p), b0 = fp_read_stats(&b.p),
@@ -394,9 +395,9 @@ static void test_cancel(void **state)
     fp_set(&b.p, "latency_ms=20\n");
     table_ab();
     kl_router_opts o = rh_opts(table);
-    o.ping_interval_ms = 60000;
-    o.timeout_floor_ms = 300; /* a's timeout, whatever its p99 */
-    o.timeout_ceiling_ms = 300;
+    o.ping_interval_ns = 60000 * KL_NS_PER_MS;
+    o.timeout_floor_ns = 300 * KL_NS_PER_MS; /* a's timeout, whatever its p99 */
+    o.timeout_ceiling_ns = 300 * KL_NS_PER_MS;
     kl_router *r = rh_router(&o);
     fp_sleep_ms(500);
     fp_set(&a.p, "latency_ms=1\nblackhole=1\n");

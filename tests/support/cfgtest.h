@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "config/config.h"
+#include "daemon/settings.h"
 
 /* An empty environment. */
 extern char *const tc_no_env[];

@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 
+#include "core/time.h"
 #include "daemon.h"
 #include "fpctl.h"
 #include "pki.h"
@@ -61,16 +62,16 @@ static inline void rh_one_route(rh_dc *dc, const char *name, const char *dir,
 /* Router options with the test PKI and short intervals. */
 static inline kl_router_opts rh_opts(const char *table)
 {
-    kl_router_opts o = {.table_file = table,
-                        .cert_file = tp_path("client.crt"),
-                        .key_file = tp_path("client.key"),
-                        .ca_file = tp_path("ca.crt"),
-                        .ping_interval_ms = 100,
-                        .reload_poll_ms = 50,
-                        /* the machine is shared (2 cores, other builds):
-                         * a process can stall for a few hundred ms, which
-                         * is not a lost remote */
-                        .timeout_floor_ms = 400};
+    kl_router_opts o = kl_router_defaults;
+    o.table_file = table;
+    o.cert_file = tp_path("client.crt");
+    o.key_file = tp_path("client.key");
+    o.ca_file = tp_path("ca.crt");
+    o.ping_interval_ns = 100 * KL_NS_PER_MS;
+    o.reload_poll_ns = 50 * KL_NS_PER_MS;
+    /* the machine is shared (2 cores, other builds): a process can stall
+     * for a few hundred ms, which is not a lost remote */
+    o.timeout_floor_ns = 400 * KL_NS_PER_MS;
     return o;
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "config/internal.h"
 #include "cfgtest.h"
 #include "testutil.h"
 
@@ -40,23 +41,23 @@ static int teardown(void **state)
 
 static void test_defaults(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_non_null(cfg);
     assert_int_equal(load_args(cfg, tc_no_env, NULL), KL_OK);
     assert_int_equal(cfg->loglevel, 1);
-    assert_int_equal(cfg->port, 2407);
-    assert_string_equal(cfg->listen_address, "0.0.0.0");
+    assert_int_equal(kl_settings_of(cfg)->server.port, 2407);
+    assert_string_equal(kl_settings_of(cfg)->server.listen_address, "0.0.0.0");
     assert_string_equal(cfg->auth_cert, "server.pem");
     assert_string_equal(cfg->auth_key, "server-key.pem");
     assert_string_equal(cfg->cloudflare_ca_cert, "keyless_cacert.pem");
-    assert_int_equal(cfg->shards, 0);
-    assert_int_equal(cfg->workers, 0);
-    assert_int_equal(cfg->max_inflight_per_conn, 1024);
-    assert_int_equal(cfg->max_inflight, 65536);
-    assert_true(cfg->idle_timeout_ns == 30 * SEC);
-    assert_true(cfg->handshake_timeout_ns == 10 * SEC);
-    assert_true(cfg->drain_timeout_ns == 5 * SEC);
-    assert_true(cfg->max_queue_time_ns == 0);
+    assert_int_equal(kl_settings_of(cfg)->server.shards, 0);
+    assert_int_equal(kl_settings_of(cfg)->pool.workers, 0);
+    assert_int_equal(kl_settings_of(cfg)->server.max_inflight_per_conn, 1024);
+    assert_int_equal(kl_settings_of(cfg)->server.max_inflight, 65536);
+    assert_true(kl_settings_of(cfg)->server.idle_timeout_ns == 30 * SEC);
+    assert_true(kl_settings_of(cfg)->server.handshake_timeout_ns == 10 * SEC);
+    assert_true(kl_settings_of(cfg)->server.drain_timeout_ns == 5 * SEC);
+    assert_true(kl_settings_of(cfg)->server.max_queue_time_ns == 0);
     assert_true(cfg->tls13);
     assert_false(cfg->allow_group_readable_keys);
     assert_int_equal(cfg->nstores, 0);
@@ -84,12 +85,13 @@ static void test_yaml_file(void **state)
                                "handshake_timeout: 500ms\n"
                                "tls13: false\n"
                                "max_queue_time: 250ms\n");
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "-c", path, NULL), KL_OK);
     assert_string_equal(cfg->loaded_file, path);
     assert_int_equal(cfg->loglevel, 0);
-    assert_int_equal(cfg->port, 3407);
-    assert_string_equal(cfg->listen_address, "127.0.0.1");
+    assert_int_equal(kl_settings_of(cfg)->server.port, 3407);
+    assert_string_equal(kl_settings_of(cfg)->server.listen_address,
+                        "127.0.0.1");
     assert_string_equal(cfg->auth_cert, "/etc/keyless/server.pem");
     assert_string_equal(cfg->auth_key, "/etc/keyless/server-key.pem");
     assert_string_equal(cfg->cloudflare_ca_cert, "ca.pem");
@@ -101,10 +103,10 @@ static void test_yaml_file(void **state)
     assert_string_equal(cfg->stores[0].path, "/etc/keyless/keys");
     assert_int_equal(cfg->stores[1].kind, KL_STORE_FILE);
     assert_string_equal(cfg->stores[1].path, "/tmp/one.key");
-    assert_int_equal(cfg->shards, 3);
-    assert_true(cfg->idle_timeout_ns == 90 * SEC);
-    assert_true(cfg->handshake_timeout_ns == 500 * MS);
-    assert_true(cfg->max_queue_time_ns == 250 * MS);
+    assert_int_equal(kl_settings_of(cfg)->server.shards, 3);
+    assert_true(kl_settings_of(cfg)->server.idle_timeout_ns == 90 * SEC);
+    assert_true(kl_settings_of(cfg)->server.handshake_timeout_ns == 500 * MS);
+    assert_true(kl_settings_of(cfg)->server.max_queue_time_ns == 250 * MS);
     assert_false(cfg->tls13);
     assert_int_equal(cfg->nwarnings, 0);
     kl_config_free(cfg);
@@ -114,40 +116,40 @@ static void test_precedence(void **state)
 {
     const char *path = write_tmp("prec.yaml", "port: 1000\nloglevel: 4\n");
     char *env[] = {"KEYLESS_PORT=2000", "KEYLESS_SHARDS=7", NULL};
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     /* file only */
     assert_int_equal(load_args(cfg, tc_no_env, "--config-file", path, NULL),
                      KL_OK);
-    assert_int_equal(cfg->port, 1000);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 1000);
     kl_config_free(cfg);
     /* env over file */
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env, "--config-file", path, NULL), KL_OK);
-    assert_int_equal(cfg->port, 2000);
-    assert_int_equal(cfg->shards, 7);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 2000);
+    assert_int_equal(kl_settings_of(cfg)->server.shards, 7);
     assert_int_equal(cfg->loglevel, 4);
     kl_config_free(cfg);
     /* flag over env over file */
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, env, "--port=3000", "--config-file", path, NULL), KL_OK);
-    assert_int_equal(cfg->port, 3000);
-    assert_int_equal(cfg->shards, 7);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 3000);
+    assert_int_equal(kl_settings_of(cfg)->server.shards, 7);
     kl_config_free(cfg);
     /* the file can come from the environment */
     char *env2[] = {NULL, NULL};
     char v[200];
     snprintf(v, sizeof v, "KEYLESS_CONFIG_FILE=%s", path);
     env2[0] = v;
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env2, NULL), KL_OK);
-    assert_int_equal(cfg->port, 1000);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 1000);
     kl_config_free(cfg);
 }
 
 static void test_flag_spellings(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--auth-cert", "a.pem",
                                "--auth_key=b.pem", "--cloudflare_ca_cert",
                                "c.pem", "--tls13=false", "--handshake-timeout",
@@ -157,10 +159,10 @@ static void test_flag_spellings(void **state)
     assert_string_equal(cfg->auth_key, "b.pem");
     assert_string_equal(cfg->cloudflare_ca_cert, "c.pem");
     assert_false(cfg->tls13);
-    assert_true(cfg->handshake_timeout_ns == 2 * SEC);
+    assert_true(kl_settings_of(cfg)->server.handshake_timeout_ns == 2 * SEC);
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--tls13", "--check", NULL),
                      KL_OK);
     assert_true(cfg->tls13);
@@ -175,7 +177,7 @@ static void test_key_dirs_and_files(void **state)
     const char *path = write_tmp("stores.yaml", "private_key_stores:\n"
                                                 "  - dir: /a\n");
     char *env[] = {"KEYLESS_PRIVATE_KEY_FILES=/f1.key", NULL};
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, env, "-c", path, "--private-key-dirs", "/b, /c ", NULL),
         KL_OK);
@@ -192,7 +194,7 @@ static void test_key_dirs_and_files(void **state)
     kl_config_free(cfg);
 
     /* without the lists the file's stores stand */
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "-c", path, NULL), KL_OK);
     assert_int_equal(cfg->nstores, 1);
     assert_string_equal(cfg->stores[0].path, "/a");
@@ -256,7 +258,7 @@ static void test_bools(void **state)
 /* A YAML document that must fail, with the exact message. */
 static void expect_yaml_error(const char *text, const char *msg)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     errbuf[0] = 0;
     assert_int_equal(kl_config_apply_yaml(cfg, "gokeyless.yaml",
                                           (const uint8_t *)text, strlen(text),
@@ -324,7 +326,7 @@ static void test_yaml_errors(void **state)
 
 static void test_malformed_yaml_line(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     const char *text = "port: 1\nloglevel: 1\nauth_cert: [a, b\n";
     assert_int_equal(kl_config_apply_yaml(cfg, "x.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
@@ -333,7 +335,7 @@ static void test_malformed_yaml_line(void **state)
     assert_non_null(strstr(errbuf, "x.yaml:4: not valid YAML: "));
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     text = "port: 1\n  bad indent: : :\n";
     assert_int_equal(kl_config_apply_yaml(cfg, "y.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
@@ -344,14 +346,14 @@ static void test_malformed_yaml_line(void **state)
 
 static void test_unknown_key_is_warning(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     const char *text = "port: 1234\nhostnme: example.com\n"
                        "private_key_stores:\n  - dir: /k\n    weird: 1\n"
                        "config_file: x\n";
     assert_int_equal(kl_config_apply_yaml(cfg, "g.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
                      KL_OK);
-    assert_int_equal(cfg->port, 1234);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 1234);
     assert_int_equal(cfg->nwarnings, 3);
     assert_string_equal(cfg->warnings[0],
                         "g.yaml:2: unknown option \"hostnme\" ignored (did "
@@ -366,7 +368,7 @@ static void test_unknown_key_is_warning(void **state)
     kl_config_free(cfg);
 
     /* a misspelt entry key: the nearest of dir, file, uri */
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     text = "private_key_stores:\n  - dir: /k\n    fiel: /x\n";
     assert_int_equal(kl_config_apply_yaml(cfg, "g.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
@@ -386,7 +388,7 @@ static void test_check_collects_every_error(void **state)
                                               "idle_timeout: forever\n"
                                               "loglevel: 2\n");
     char *const env[] = {"KEYLESS_SHARDS=abc", NULL};
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, env, "-c", path, "--workers=-5", "--check", NULL),
         KL_OK);
@@ -398,10 +400,10 @@ static void test_check_collects_every_error(void **state)
     assert_non_null(strstr(cfg->errors[3], "flag --workers=-5: "));
     /* the good values still apply; the bad ones keep their defaults */
     assert_int_equal(cfg->loglevel, 2);
-    assert_int_equal(cfg->port, 2407);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 2407);
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env, "-c", path, "--workers=-5", NULL),
                      KL_E_CONFIG);
     assert_non_null(strstr(errbuf, "many.yaml:1: port: 99999"));
@@ -411,7 +413,7 @@ static void test_check_collects_every_error(void **state)
 
 static void test_empty_and_null(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(kl_config_apply_yaml(cfg, "e.yaml", (const uint8_t *)"", 0,
                                           errbuf, sizeof errbuf),
                      KL_OK);
@@ -419,57 +421,57 @@ static void test_empty_and_null(void **state)
     assert_int_equal(kl_config_apply_yaml(cfg, "e.yaml", (const uint8_t *)text,
                                           strlen(text), errbuf, sizeof errbuf),
                      KL_OK);
-    assert_int_equal(cfg->port, 2407);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 2407);
     assert_string_equal(cfg->auth_cert, "server.pem");
     kl_config_free(cfg);
 }
 
 static void test_flag_and_env_errors(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--bogus", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag --bogus; see --help");
     kl_config_free(cfg);
 
     /* a misspelt flag: the nearest one (core/suggest.h) */
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--listen-adress=::", NULL),
                      KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag --listen-adress; did you mean "
                                 "--listen-address? see --help");
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--bogus=1", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag --bogus; see --help");
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--port", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "flag --port: needs a value (PORT)");
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--port", "0", NULL),
                      KL_E_CONFIG);
     assert_string_equal(errbuf,
                         "flag --port: port: 0 is out of range 1..65535");
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "serve", NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "unexpected argument \"serve\"; options are "
                                 "given as flags (see --help)");
     kl_config_free(cfg);
 
     char *env[] = {"KEYLESS_PORT=x1", NULL};
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env, NULL), KL_E_CONFIG);
     assert_string_equal(errbuf, "environment KEYLESS_PORT: port: \"x1\" is "
                                 "not an integer; use a number in 1..65535");
     kl_config_free(cfg);
 
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, tc_no_env, "-c", "/nonexistent/k.yaml", NULL),
         KL_E_CONFIG);
@@ -481,7 +483,7 @@ static void test_flag_and_env_errors(void **state)
     /* a bad file value is reported even if a flag would override it: the
      * file is wrong and the operator should know */
     const char *path = write_tmp("bad.yaml", "port: 99999\n");
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "-c", path, "--port", "5", NULL),
                      KL_E_CONFIG);
     char want[256];
@@ -495,20 +497,20 @@ static void test_flag_and_env_errors(void **state)
  * code: tests/support/slowkey.h): the flag is unknown like any other. */
 static void test_no_test_delay(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(
         load_args(cfg, tc_no_env,
                   "--test-delay=D9C69B8E23ABBA7C26FD5D0E282F3DD679741036:250",
                   NULL),
         KL_E_CONFIG);
     assert_non_null(strstr(errbuf, "--test-delay"));
-    assert_null(kl_config_find("test_delay"));
+    assert_null(kl_config_find(&kl_daemon_options, "test_delay"));
     kl_config_free(cfg);
 }
 
 static void test_help_generated(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--help", NULL), KL_OK);
     assert_true(cfg->help);
     kl_config_free(cfg);
@@ -516,11 +518,12 @@ static void test_help_generated(void **state)
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    kl_config_usage(f, "keylessd");
+    kl_config_usage(&kl_daemon_options, f, "keylessd");
     fclose(f);
     /* every option with a flag and every variable appears */
     size_t n;
-    const kl_option *o = kl_config_options(&n);
+    const kl_option *o = kl_daemon_options.rows;
+    n = kl_daemon_options.count;
     for (size_t i = 0; i < n; i++) {
         char want[96];
         if (o[i].flag) {
@@ -533,6 +536,50 @@ static void test_help_generated(void **state)
     assert_non_null(strstr(text, "(default: 2407)"));
     assert_non_null(strstr(text, "TEST ONLY"));
     free(text);
+}
+
+/* The defaults come from the modules' structs (docs/DESIGN.md, "The
+ * map"), not from text in the rows: each one, as --help prints it, must
+ * be a value the option accepts (within its bounds) and read back the
+ * same - a module default outside the table's bounds fails here. */
+static void test_defaults_are_valid_values(void **state)
+{
+    const kl_opt_table *t = &kl_daemon_options;
+    kl_config *def = kl_daemon_config_new(), *back = kl_daemon_config_new();
+    assert_non_null(def);
+    assert_non_null(back);
+    size_t shown = 0;
+    for (size_t i = 0; i < t->count; i++) {
+        const kl_option *o = &t->rows[i];
+        char text[256], a[256], b[256];
+        if (!kl_config_default_text(t, o, text, sizeof text))
+            continue;
+        shown++;
+        if (kl_opt_set(back, o, text, errbuf, sizeof errbuf) != KL_OK)
+            fail_msg("default of %s: %s", o->name, errbuf);
+        kl_config_value_text(def, o, a, sizeof a);
+        kl_config_value_text(back, o, b, sizeof b);
+        if (strcmp(a, b) != 0)
+            fail_msg("default of %s: \"%s\" reads back as %s, not %s", o->name,
+                     text, b, a);
+    }
+    /* every option but the modes, the stores and unset strings */
+    assert_true(shown > 60);
+    /* one from each module's struct, as documented */
+    char text[64];
+    assert_true(kl_config_default_text(
+        t, kl_config_find(t, "router_conn_idle_timeout"), text, sizeof text));
+    assert_string_equal(text, "60s");
+    assert_true(kl_config_default_text(t, kl_config_find(t, "max_inflight"),
+                                       text, sizeof text));
+    assert_string_equal(text, "65536");
+    assert_true(kl_config_default_text(t, kl_config_find(t, "metrics_address"),
+                                       text, sizeof text));
+    assert_string_equal(text, "127.0.0.1");
+    assert_false(kl_config_default_text(t, kl_config_find(t, "router_table"),
+                                        text, sizeof text));
+    kl_config_free(def);
+    kl_config_free(back);
 }
 
 int main(void)
@@ -553,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_flag_and_env_errors),
         cmocka_unit_test(test_no_test_delay),
         cmocka_unit_test(test_help_generated),
+        cmocka_unit_test(test_defaults_are_valid_values),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -73,7 +73,7 @@ static kl_status load_v(kl_config *cfg, char *const *env, char **args)
 /* The reference's defaults for every key of its gokeyless.yaml. */
 static void test_reference_defaults(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, no_env, NULL), KL_OK);
     assert_int_equal(cfg->loglevel, 1);
     assert_null(cfg->hostname);
@@ -86,13 +86,13 @@ static void test_reference_defaults(void **state)
     assert_string_equal(cfg->auth_csr, "server.csr");
     assert_string_equal(cfg->cloudflare_ca_cert, "keyless_cacert.pem");
     assert_int_equal(cfg->nstores, 0);
-    assert_int_equal(cfg->port, 2407);
-    assert_int_equal(cfg->metrics_port, 2406);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 2407);
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 2406);
     assert_null(cfg->pid_file);
     assert_false(cfg->has_current_time);
     assert_false(cfg->tracing_enabled);
     assert_string_equal(cfg->tracing_address, "localhost:6831");
-    assert_true(cfg->tracing_sample_rate == 0.0);
+    assert_true(kl_settings_of(cfg)->tracing.sample_rate == 0.0);
     assert_true(cfg->sign_timeout_ns == 0);
     assert_int_equal(cfg->sign_retry_count, 0);
     assert_true(cfg->watch_key_dirs);
@@ -129,7 +129,7 @@ static void test_reference_file(void **state)
                "tracing_sample_rate: 0.25\n"
                "sign_timeout: 2s\n"
                "sign_retry_count: 0\n");
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, no_env, NULL), KL_OK);
     char want[256];
     snprintf(want, sizeof want, "%s/gokeyless.yaml", dir_a);
@@ -142,12 +142,12 @@ static void test_reference_file(void **state)
     assert_string_equal(cfg->init_endpoint, "http://127.0.0.1:9/certs/");
     assert_string_equal(cfg->auth_csr, "a.csr");
     assert_int_equal(cfg->nstores, 3);
-    assert_int_equal(cfg->port, 3407);
-    assert_int_equal(cfg->metrics_port, 3406);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 3407);
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 3406);
     assert_string_equal(cfg->pid_file, "/run/keyless.pid");
     assert_true(cfg->has_current_time);
     assert_true(cfg->current_time_unix == 1893596645);
-    assert_true(cfg->tracing_sample_rate == 0.25);
+    assert_true(kl_settings_of(cfg)->tracing.sample_rate == 0.25);
     assert_string_equal(cfg->tracing_endpoint, "http://jaeger:4318/v1/traces");
     assert_true(cfg->sign_timeout_ns == 2 * SEC);
     kl_config_free(cfg);
@@ -158,7 +158,8 @@ static void test_reference_file(void **state)
 static void test_every_option_everywhere(void **state)
 {
     size_t n;
-    const kl_option *o = kl_config_options(&n);
+    const kl_option *o = kl_daemon_options.rows;
+    n = kl_daemon_options.count;
     for (size_t i = 0; i < n; i++) {
         char env[96] = "KEYLESS_", flag[96];
         size_t k = strlen(env);
@@ -199,7 +200,7 @@ static void test_every_option_everywhere(void **state)
                                       "sign_timeout",
                                       "sign_retry_count"};
     for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++) {
-        const kl_option *r = kl_config_find(ref[i]);
+        const kl_option *r = kl_config_find(&kl_daemon_options, ref[i]);
         assert_non_null(r);
         assert_int_equal(r->flags & KL_OPTF_NO_YAML, 0);
     }
@@ -214,11 +215,11 @@ static void test_env_for_new_options(void **state)
                    "KEYLESS_CURRENT_TIME=2001-02-03T04:05:06+01:00",
                    "KEYLESS_PRIVATE_KEY_STORES=[{dir: /k1}, {file: /k2.key}]",
                    NULL};
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, env, NULL), KL_OK);
     assert_string_equal(cfg->hostname, "h.example");
-    assert_int_equal(cfg->metrics_port, 0);
-    assert_true(cfg->tracing_sample_rate == 1.0);
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 0);
+    assert_true(kl_settings_of(cfg)->tracing.sample_rate == 1.0);
     assert_true(cfg->sign_timeout_ns == 750 * MS);
     assert_true(cfg->current_time_unix == 981169506);
     assert_int_equal(cfg->nstores, 2);
@@ -233,12 +234,12 @@ static void test_stores_precedence(void **state)
 {
     write_file(dir_a, "gokeyless.yml", "private_key_stores:\n  - dir: /f\n");
     char *env[] = {"KEYLESS_PRIVATE_KEY_STORES=[{dir: /e}]", NULL};
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, env, NULL), KL_OK);
     assert_int_equal(cfg->nstores, 1);
     assert_string_equal(cfg->stores[0].path, "/e");
     kl_config_free(cfg);
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(
         LOAD(cfg, env, "--private_key_stores", "[{uri: 'pkcs11:token=x'}]"),
         KL_OK);
@@ -247,7 +248,7 @@ static void test_stores_precedence(void **state)
     kl_config_free(cfg);
     /* errors name the variable, then the option and the fix */
     char *bad[] = {"KEYLESS_PRIVATE_KEY_STORES=[{dir: /a, file: /b}]", NULL};
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, bad, NULL), KL_E_CONFIG);
     assert_string_equal(errbuf,
                         "environment KEYLESS_PRIVATE_KEY_STORES: "
@@ -256,7 +257,7 @@ static void test_stores_precedence(void **state)
                         "each)");
     kl_config_free(cfg);
     char *bad2[] = {"KEYLESS_PRIVATE_KEY_STORES=/etc/keys", NULL};
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, bad2, NULL), KL_E_CONFIG);
     assert_string_equal(errbuf,
                         "environment KEYLESS_PRIVATE_KEY_STORES: "
@@ -273,37 +274,37 @@ static void test_short_flags(void **state)
     write_file(tmpdir, "named.yaml", "port: 4000\n");
     char path[256];
     snprintf(path, sizeof path, "%s/named.yaml", tmpdir);
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(LOAD(cfg, no_env, "-c", path, "-l", "3", "-d", "-o"),
                      KL_OK);
-    assert_int_equal(cfg->port, 4000);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 4000);
     assert_int_equal(cfg->loglevel, 3);
     assert_true(cfg->keystore_debug);
     assert_true(cfg->output_config);
     kl_config_free(cfg);
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(LOAD(cfg, no_env, "-l0", "-v"), KL_OK);
     assert_int_equal(cfg->loglevel, 0);
     assert_true(cfg->version);
     kl_config_free(cfg);
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(LOAD(cfg, no_env, "-h"), KL_OK);
     assert_true(cfg->help);
     kl_config_free(cfg);
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(LOAD(cfg, no_env, "--zone_id=z", "--pid-file", "/p",
                           "--metrics_port=9", "--config-only"),
                      KL_OK);
     assert_string_equal(cfg->zone_id, "z");
     assert_string_equal(cfg->pid_file, "/p");
-    assert_int_equal(cfg->metrics_port, 9);
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 9);
     assert_true(cfg->config_only);
     kl_config_free(cfg);
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(LOAD(cfg, no_env, "-x"), KL_E_CONFIG);
     assert_string_equal(errbuf, "unknown flag -x; see --help");
     kl_config_free(cfg);
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(LOAD(cfg, no_env, "--config-only", "--manual-activation"),
                      KL_E_CONFIG);
     assert_string_equal(errbuf, "--manual-activation and --config-only "
@@ -315,19 +316,20 @@ static void test_short_flags(void **state)
  * working directory, then in /etc/keyless (dir_b here). */
 static void test_file_search(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     write_file(dir_b, "gokeyless.yaml", "port: 2\n");
     assert_int_equal(load_v(cfg, no_env, NULL), KL_OK);
-    assert_int_equal(cfg->port, 2); /* only the second directory has one */
+    assert_int_equal(kl_settings_of(cfg)->server.port,
+                     2); /* only the second directory has one */
     kl_config_free(cfg);
 
     /* JSON (with tabs) is YAML; the first directory wins */
     write_file(dir_a, "gokeyless.json",
                "{\n\t\"port\": 3,\n\t\"private_key_stores\": "
                "[{\"dir\": \"/j\"}],\n\t\"tracing_enabled\": true\n}\n");
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, no_env, NULL), KL_OK);
-    assert_int_equal(cfg->port, 3);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 3);
     assert_int_equal(cfg->nstores, 1);
     assert_string_equal(cfg->stores[0].path, "/j");
     assert_true(cfg->tracing_enabled);
@@ -343,9 +345,9 @@ static void test_file_search(void **state)
 
     /* two candidates in one directory: the first is read, a warning */
     write_file(dir_a, "keylessd.yaml", "port: 4\n");
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, no_env, NULL), KL_OK);
-    assert_int_equal(cfg->port, 3);
+    assert_int_equal(kl_settings_of(cfg)->server.port, 3);
     char want[512];
     snprintf(want, sizeof want,
              "%s/keylessd.yaml: ignored: %s/gokeyless.json is read instead "
@@ -355,9 +357,10 @@ static void test_file_search(void **state)
     kl_config_free(cfg);
 
     remove_file(dir_a, "gokeyless.json");
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, no_env, NULL), KL_OK);
-    assert_int_equal(cfg->port, 4); /* keylessd.yaml accepted */
+    assert_int_equal(kl_settings_of(cfg)->server.port,
+                     4); /* keylessd.yaml accepted */
     kl_config_free(cfg);
     remove_file(dir_a, "keylessd.yaml");
     remove_file(dir_b, "gokeyless.yaml");
@@ -365,7 +368,7 @@ static void test_file_search(void **state)
 
 static void expect_load_error(char **args, const char *msg)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_v(cfg, no_env, args), KL_E_CONFIG);
     assert_string_equal(errbuf, msg);
     kl_config_free(cfg);
@@ -404,7 +407,7 @@ static void test_value_errors(void **state)
 
 static void test_tracing_and_compat(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(LOAD(cfg, no_env, "--tracing-enabled",
                           "--tracing-address=https://otel:4318/v1/traces",
                           "--sign-retry-count=2"),
@@ -416,7 +419,7 @@ static void test_tracing_and_compat(void **state)
     assert_string_equal(cfg->warnings[0], "sign_retry_count: 2 has no effect "
                                           "in keylessd (see --help)");
     kl_config_free(cfg);
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(LOAD(cfg, no_env, "--tracing-address=[::1]:6831"), KL_OK);
     assert_string_equal(cfg->tracing_endpoint, "http://[::1]:4318/v1/traces");
     assert_int_equal(cfg->nwarnings, 0); /* tracing is off: no warning */
@@ -437,7 +440,7 @@ static char *capture_yaml(const kl_config *cfg)
  * the API key and PINs redacted. */
 static void test_output_config(void **state)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     char *env[] = {"KEYLESS_ORIGIN_CA_API_KEY=v1.0-topsecret", NULL};
     assert_int_equal(
         LOAD(cfg, env, "--private-key-stores",
@@ -456,14 +459,15 @@ static void test_output_config(void **state)
     assert_non_null(strstr(text, "idle_timeout: 1m30s\n"));
     assert_non_null(strstr(text, "pid_file: ~\n"));
 
-    kl_config *back = kl_config_new();
+    kl_config *back = kl_daemon_config_new();
     assert_int_equal(kl_config_apply_yaml(back, "out.yaml",
                                           (const uint8_t *)text, strlen(text),
                                           errbuf, sizeof errbuf),
                      KL_OK);
     assert_int_equal(back->nwarnings, 0);
     size_t n;
-    const kl_option *o = kl_config_options(&n);
+    const kl_option *o = kl_daemon_options.rows;
+    n = kl_daemon_options.count;
     for (size_t i = 0; i < n; i++) {
         if ((o[i].flags & (KL_OPTF_NO_YAML | KL_OPTF_SECRET)) ||
             o[i].type == KL_OPT_STORES)
@@ -494,10 +498,11 @@ static void test_markdown(void **state)
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    kl_config_usage_markdown(f);
+    kl_config_usage_markdown(&kl_daemon_options, f);
     fclose(f);
     size_t n;
-    const kl_option *o = kl_config_options(&n);
+    const kl_option *o = kl_daemon_options.rows;
+    n = kl_daemon_options.count;
     for (size_t i = 0; i < n; i++) {
         char want[128];
         snprintf(want, sizeof want, "`--%s", o[i].flag);

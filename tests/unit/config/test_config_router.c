@@ -42,33 +42,33 @@ static int teardown(void **state)
 static void test_defaults(void **state)
 {
     (void)state;
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, NULL), KL_OK);
-    assert_null(cfg->router_table); /* routing off */
-    assert_null(cfg->router_cert);
-    assert_null(cfg->router_key);
-    assert_null(cfg->router_ca);
-    assert_null(cfg->router_server_name);
-    assert_int_equal(cfg->router_default_deadline_ns, 2 * SEC);
-    assert_int_equal(cfg->router_max_attempts, 3);
-    assert_int_equal(cfg->router_max_hops, 3);
-    assert_int_equal(cfg->router_timeout_floor_ns, 20 * MS);
-    assert_int_equal(cfg->router_timeout_ceiling_ns, 2 * SEC);
-    assert_int_equal(cfg->router_timeout_p99_factor, 10);
-    assert_int_equal(cfg->router_ping_interval_ns, 1 * SEC);
-    assert_int_equal(cfg->router_ewma_weight, 20);
-    assert_int_equal(cfg->router_latency_tolerance, 10);
-    assert_int_equal(cfg->router_reload_poll_ns, 1 * SEC);
-    assert_int_equal(cfg->router_dns_refresh_ns, 30 * SEC);
-    assert_int_equal(cfg->router_connect_timeout_ns, 2 * SEC);
-    assert_int_equal(cfg->router_conn_inflight_threshold, 256);
-    assert_int_equal(cfg->router_max_conns_per_remote, 8);
-    assert_int_equal(cfg->router_max_inflight_per_conn, 1024);
-    assert_int_equal(cfg->router_max_fds, 1024);
-    assert_int_equal(cfg->router_max_inflight, 65536);
-    assert_int_equal(cfg->metrics_port, 2406);
+    assert_null(kl_settings_of(cfg)->router.table_file); /* routing off */
+    assert_null(kl_settings_of(cfg)->router.cert_file);
+    assert_null(kl_settings_of(cfg)->router.key_file);
+    assert_null(kl_settings_of(cfg)->router.ca_file);
+    assert_null(kl_settings_of(cfg)->router.server_name);
+    assert_int_equal(kl_settings_of(cfg)->router.default_deadline_ns, 2 * SEC);
+    assert_int_equal(kl_settings_of(cfg)->router.max_attempts, 3);
+    assert_int_equal(kl_settings_of(cfg)->router.max_hops, 3);
+    assert_int_equal(kl_settings_of(cfg)->router.timeout_floor_ns, 20 * MS);
+    assert_int_equal(kl_settings_of(cfg)->router.timeout_ceiling_ns, 2 * SEC);
+    assert_int_equal(kl_settings_of(cfg)->router.timeout_p99_factor, 10);
+    assert_int_equal(kl_settings_of(cfg)->router.ping_interval_ns, 1 * SEC);
+    assert_int_equal(kl_settings_of(cfg)->router.ewma_weight_pct, 20);
+    assert_int_equal(kl_settings_of(cfg)->router.latency_tolerance_pct, 10);
+    assert_int_equal(kl_settings_of(cfg)->router.reload_poll_ns, 1 * SEC);
+    assert_int_equal(kl_settings_of(cfg)->router.dns_refresh_ns, 30 * SEC);
+    assert_int_equal(kl_settings_of(cfg)->router.connect_timeout_ns, 2 * SEC);
+    assert_int_equal(kl_settings_of(cfg)->router.conn_inflight_threshold, 256);
+    assert_int_equal(kl_settings_of(cfg)->router.max_conns_per_remote, 8);
+    assert_int_equal(kl_settings_of(cfg)->router.max_inflight_per_conn, 1024);
+    assert_int_equal(kl_settings_of(cfg)->router.max_fds, 1024);
+    assert_int_equal(kl_settings_of(cfg)->router.max_inflight, 65536);
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 2406);
     /* loopback, not listen_address (docs/METRICS.md) */
-    assert_string_equal(cfg->metrics_address, "127.0.0.1");
+    assert_string_equal(kl_settings_of(cfg)->metrics_http.address, "127.0.0.1");
     kl_config_free(cfg);
 }
 
@@ -88,20 +88,24 @@ static void test_sources(void **state)
     snprintf(cflag, sizeof cflag, "--config-file=%s", file);
     char *env[] = {"KEYLESS_ROUTER_MAX_HOPS=5", "KEYLESS_ROUTER_MAX_ATTEMPTS=4",
                    NULL};
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, env, cflag, "--router-max-attempts=2",
                                "--router_ping_interval=250ms", "--metrics-port",
                                "0", NULL),
                      KL_OK);
-    assert_string_equal(cfg->router_table, "/etc/keyless/routes.yaml");
-    assert_string_equal(cfg->router_cert, "/etc/r.pem");
-    assert_int_equal(cfg->router_max_attempts, 2); /* flag > env > file */
-    assert_int_equal(cfg->router_max_hops, 5);     /* env */
-    assert_int_equal(cfg->router_timeout_floor_ns, 50 * MS);
-    assert_int_equal(cfg->router_reload_poll_ns, 0); /* SIGHUP only */
-    assert_int_equal(cfg->router_ping_interval_ns, 250 * MS);
-    assert_string_equal(cfg->metrics_address, "127.0.0.1");
-    assert_int_equal(cfg->metrics_port, 0); /* the endpoint is off */
+    assert_string_equal(kl_settings_of(cfg)->router.table_file,
+                        "/etc/keyless/routes.yaml");
+    assert_string_equal(kl_settings_of(cfg)->router.cert_file, "/etc/r.pem");
+    assert_int_equal(kl_settings_of(cfg)->router.max_attempts,
+                     2); /* flag > env > file */
+    assert_int_equal(kl_settings_of(cfg)->router.max_hops, 5); /* env */
+    assert_int_equal(kl_settings_of(cfg)->router.timeout_floor_ns, 50 * MS);
+    assert_int_equal(kl_settings_of(cfg)->router.reload_poll_ns,
+                     0); /* SIGHUP only */
+    assert_int_equal(kl_settings_of(cfg)->router.ping_interval_ns, 250 * MS);
+    assert_string_equal(kl_settings_of(cfg)->metrics_http.address, "127.0.0.1");
+    assert_int_equal(kl_settings_of(cfg)->metrics_http.port,
+                     0); /* the endpoint is off */
 
     /* --output-config writes them back */
     char *text = NULL;
@@ -120,7 +124,7 @@ static void test_sources(void **state)
 
 static void expect_error(const char *flag, const char *message)
 {
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, (char *)flag, NULL),
                      KL_E_CONFIG);
     if (!strstr(errbuf, message))
@@ -144,7 +148,7 @@ static void test_bounds(void **state)
 static void test_timeout_bounds_cross_check(void **state)
 {
     (void)state;
-    kl_config *cfg = kl_config_new();
+    kl_config *cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--router-timeout-floor=500ms",
                                "--router-timeout-ceiling=100ms", NULL),
                      KL_E_CONFIG);
@@ -152,7 +156,7 @@ static void test_timeout_bounds_cross_check(void **state)
                                 "router_timeout_floor 500ms; raise the "
                                 "ceiling or lower the floor");
     kl_config_free(cfg);
-    cfg = kl_config_new();
+    cfg = kl_daemon_config_new();
     assert_int_equal(load_args(cfg, tc_no_env, "--router-timeout-floor=100ms",
                                "--router-timeout-ceiling=100ms", NULL),
                      KL_OK);

@@ -246,8 +246,9 @@ static int setup(void **state)
 
     /* sized as pool.h advises: one blocking worker per token session */
     assert_int_equal(kl_keystore_token_sessions(hsm), 3);
-    kl_pool_opts po = {
-        .workers = 2, .blocking_workers = (int)kl_keystore_token_sessions(hsm)};
+    kl_pool_opts po = kl_pool_defaults;
+    po.workers = 2;
+    po.blocking_workers = (int)kl_keystore_token_sessions(hsm);
     pool = kl_pool_new(&po);
     assert_non_null(pool);
     return 0;

@@ -130,7 +130,9 @@ static void make(tjob *t, const kl_key *k, uint8_t op, size_t len,
 static void test_exhaustion_under_load(void **state)
 {
     (void)state;
-    kl_pool_opts po = {.workers = 2, .blocking_workers = 8};
+    kl_pool_opts po = kl_pool_defaults;
+    po.workers = 2;
+    po.blocking_workers = 8;
     kl_pool *p = kl_pool_new(&po);
     assert_non_null(p);
     EVP_PKEY *pub = ct_pubkey("rsa-2048");
@@ -194,7 +196,8 @@ static void test_exhaustion_under_load(void **state)
 static void test_blocking_workers_start_on_demand(void **state)
 {
     (void)state;
-    kl_pool_opts po = {.workers = 1};
+    kl_pool_opts po = kl_pool_defaults;
+    po.workers = 1;
     kl_pool *p = kl_pool_new(&po);
     assert_non_null(p);
     assert_int_equal(kl_pool_queued(p, KL_COST_BLOCKING), 0);

@@ -127,7 +127,8 @@ static void test_results_are_correct(void **state)
     EVP_PKEY *pubs[5];
     for (int i = 0; i < 5; i++)
         pubs[i] = ct_pubkey(kinds[i].key);
-    kl_pool_opts o = {.workers = 2};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 2;
     kl_pool *p = kl_pool_new(&o);
     assert_non_null(p);
     reset_done();
@@ -161,7 +162,10 @@ static void test_results_are_correct(void **state)
 static void test_queue_limits(void **state)
 {
     (void)state;
-    kl_pool_opts o = {.workers = 1, .queue_limit = {2, 3}};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 1;
+    o.queue_limit[KL_COST_FAST] = 2;
+    o.queue_limit[KL_COST_SLOW] = 3;
     kl_pool *p = kl_pool_new(&o);
     const kl_key *ec = ct_key(ks, "ecdsa-p256");
     const kl_key *rsa = ct_key(ks, "rsa-2048");
@@ -201,7 +205,8 @@ static void test_queue_limits(void **state)
 static void test_fast_class_isolated_from_slow(void **state)
 {
     (void)state;
-    kl_pool_opts o = {.workers = 2};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 2;
     kl_pool *p = kl_pool_new(&o);
     static tjob slow[6], fast[20];
     reset_done();
@@ -246,7 +251,8 @@ static void test_fast_class_isolated_from_slow(void **state)
 static void test_single_worker_alternates(void **state)
 {
     (void)state;
-    kl_pool_opts o = {.workers = 1};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 1;
     kl_pool *p = kl_pool_new(&o);
     tjob blocker, s[3], f[3];
     reset_done();
@@ -274,7 +280,8 @@ static void test_single_worker_alternates(void **state)
 static void test_deadlines(void **state)
 {
     (void)state;
-    kl_pool_opts o = {.workers = 1};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 1;
     kl_pool *p = kl_pool_new(&o);
     tjob late, blocker, expires, ok;
     reset_done();
@@ -319,7 +326,8 @@ static void test_deadlines(void **state)
 static void test_abandoned_and_estimate(void **state)
 {
     (void)state;
-    kl_pool_opts o = {.workers = 2};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 2;
     kl_pool *p = kl_pool_new(&o);
     assert_int_equal(kl_pool_wait_estimate(p, KL_COST_SLOW), 0);
     _Atomic bool gone = true, here = false;

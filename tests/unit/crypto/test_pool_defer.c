@@ -145,7 +145,8 @@ static void test_batched_at_saturation(void **state)
     static tjob jobs[N];
     owner o;
     owner_init(&o);
-    kl_pool_opts po = {.workers = 1};
+    kl_pool_opts po = kl_pool_defaults;
+    po.workers = 1;
     kl_pool *p = kl_pool_new(&po);
     assert_non_null(p);
     /* one job first: the pool learns the class's execution time */
@@ -184,7 +185,8 @@ static void test_at_once_below_saturation(void **state)
     tjob jobs[N];
     owner o;
     owner_init(&o);
-    kl_pool_opts po = {.workers = 2};
+    kl_pool_opts po = kl_pool_defaults;
+    po.workers = 2;
     kl_pool *p = kl_pool_new(&po);
     assert_non_null(p);
     for (int i = 0; i < N; i++) {
@@ -221,7 +223,8 @@ static void test_equal_once_and_room(void **state)
     (void)state;
     for (int i = 0; i < 10; i++)
         owner_init(&many[i]);
-    kl_pool_opts po = {.workers = 1};
+    kl_pool_opts po = kl_pool_defaults;
+    po.workers = 1;
     kl_pool *p = kl_pool_new(&po);
     assert_non_null(p);
     tjob t;

@@ -19,7 +19,9 @@
 static kl_pool *pool_with(int sessions, uint64_t avg_ns, size_t queued,
                           int busy)
 {
-    kl_pool_opts o = {.workers = 1, .blocking_workers = sessions};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 1;
+    o.blocking_workers = sessions;
     kl_pool *p = kl_pool_new(&o);
     assert_non_null(p);
     atomic_store(&p->cost.exec_ns[KL_COST_BLOCKING], avg_ns);

@@ -97,7 +97,8 @@ static int overlaps(const tjob *t, int n)
 static void test_run_here(void **state)
 {
     (void)state;
-    kl_pool_opts o = {.workers = 1};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 1;
     kl_pool *p = kl_pool_new(&o);
     assert_non_null(p);
     EVP_PKEY *pub = ct_pubkey("ecdsa-p256");
@@ -150,7 +151,8 @@ static void test_run_here(void **state)
 static void test_short_slow_uses_every_worker(void **state)
 {
     (void)state;
-    kl_pool_opts o = {.workers = 2};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 2;
     kl_pool *p = kl_pool_new(&o);
     enum { N = 200 };
     static tjob t[N];
@@ -180,7 +182,8 @@ static void test_short_slow_uses_every_worker(void **state)
 static void test_long_slow_keeps_a_worker(void **state)
 {
     (void)state;
-    kl_pool_opts o = {.workers = 2};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 2;
     kl_pool *p = kl_pool_new(&o);
     enum { N = 4 };
     static tjob t[N], fast;
@@ -208,7 +211,8 @@ static void test_rsa3072_is_long(void **state)
 {
     (void)state;
     const kl_key *big = ct_key(ks, "rsa-3072");
-    kl_pool_opts o = {.workers = 2};
+    kl_pool_opts o = kl_pool_defaults;
+    o.workers = 2;
     kl_pool *p = kl_pool_new(&o);
     enum { N = 12 };
     static tjob t[N];

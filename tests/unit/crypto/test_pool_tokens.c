@@ -103,7 +103,9 @@ static void wait_done(const rec *r, uint64_t limit_ms)
 static void test_resize(void **state)
 {
     (void)state;
-    kl_pool_opts po = {.workers = 1, .blocking_workers = 1};
+    kl_pool_opts po = kl_pool_defaults;
+    po.workers = 1;
+    po.blocking_workers = 1;
     kl_pool *p = kl_pool_new(&po);
     assert_non_null(p);
     kl_p11shim_stats s0 = stats();
@@ -149,8 +151,10 @@ static void test_resize(void **state)
 static void test_free_leaves_hung_call(void **state)
 {
     (void)state;
-    kl_pool_opts po = {
-        .workers = 1, .blocking_workers = 1, .stop_grace_ms = 300};
+    kl_pool_opts po = kl_pool_defaults;
+    po.workers = 1;
+    po.blocking_workers = 1;
+    po.stop_grace_ms = 300;
     kl_pool *p = kl_pool_new(&po);
     assert_non_null(p);
     kl_p11shim_stats s0 = stats();

@@ -27,7 +27,11 @@ static bool ready_fn(void *arg, char *reason, size_t len)
 static kl_metrics_http *start(kl_metrics *m, readiness *r)
 {
     char err[256] = "";
-    kl_metrics_http_opts o = {"127.0.0.1", 0, ready_fn, r, NULL, NULL};
+    kl_metrics_http_opts o = kl_metrics_http_defaults;
+    o.address = "127.0.0.1";
+    o.port = 0;
+    o.ready = ready_fn;
+    o.ready_arg = r;
     kl_metrics_http *h = kl_metrics_http_start(m, &o, err, sizeof err);
     if (!h)
         fail_msg("start: %s", err);
@@ -109,7 +113,9 @@ static void test_no_ready_callback(void **state)
     (void)state;
     kl_metrics *m = kl_metrics_new();
     char err[256];
-    kl_metrics_http_opts o = {"127.0.0.1", 0, NULL, NULL, NULL, NULL};
+    kl_metrics_http_opts o = kl_metrics_http_defaults;
+    o.address = "127.0.0.1";
+    o.port = 0;
     kl_metrics_http *h = kl_metrics_http_start(m, &o, err, sizeof err);
     assert_non_null(h);
     mh_reply rep;
@@ -126,15 +132,18 @@ static void test_start_errors(void **state)
     (void)state;
     kl_metrics *m = kl_metrics_new();
     char err[256] = "";
-    kl_metrics_http_opts bad = {"localhost", 0, NULL, NULL, NULL, NULL};
+    kl_metrics_http_opts bad = kl_metrics_http_defaults;
+    bad.address = "localhost";
+    bad.port = 0;
     assert_null(kl_metrics_http_start(m, &bad, err, sizeof err));
     assert_non_null(strstr(err, "\"localhost\""));
 
     /* The port is taken: the error names the address and port. */
     readiness r = {true};
     kl_metrics_http *h = start(m, &r);
-    kl_metrics_http_opts dup = {
-        "127.0.0.1", kl_metrics_http_port(h), NULL, NULL, NULL, NULL};
+    kl_metrics_http_opts dup = kl_metrics_http_defaults;
+    dup.address = "127.0.0.1";
+    dup.port = kl_metrics_http_port(h);
     err[0] = '\0';
     assert_null(kl_metrics_http_start(m, &dup, err, sizeof err));
     char want[64];
@@ -291,7 +300,11 @@ static void test_remotes(void **state)
     kl_metrics *m = kl_metrics_new();
     int up = 0;
     char err[256];
-    kl_metrics_http_opts o = {"127.0.0.1", 0, NULL, NULL, remotes_fn, &up};
+    kl_metrics_http_opts o = kl_metrics_http_defaults;
+    o.address = "127.0.0.1";
+    o.port = 0;
+    o.remotes = remotes_fn;
+    o.remotes_arg = &up;
     kl_metrics_http *h = kl_metrics_http_start(m, &o, err, sizeof err);
     assert_non_null(h);
     uint16_t port = kl_metrics_http_port(h);

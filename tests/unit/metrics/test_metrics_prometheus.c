@@ -64,7 +64,9 @@ static void test_prometheus_scrapes(void **state)
         kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, KL_OK, 150000);
     }
     char err[256];
-    kl_metrics_http_opts o = {"127.0.0.1", 0, NULL, NULL, NULL, NULL};
+    kl_metrics_http_opts o = kl_metrics_http_defaults;
+    o.address = "127.0.0.1";
+    o.port = 0;
     kl_metrics_http *h = kl_metrics_http_start(m, &o, err, sizeof err);
     assert_non_null(h);
 

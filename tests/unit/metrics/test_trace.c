@@ -17,12 +17,13 @@
  * of 127.0.0.1): only what the test emits is exported, and fails. */
 static kl_tracer *tracer(double rate, unsigned slots)
 {
-    kl_tracer_opts o = {.endpoint = "http://127.0.0.1:1/v1/traces",
-                        .sample_rate = rate,
-                        .rings = 1,
-                        .ring_slots = slots,
-                        .timeout_ms = 200,
-                        .connect_timeout_ms = 200};
+    kl_tracer_opts o = kl_tracer_defaults;
+    o.endpoint = "http://127.0.0.1:1/v1/traces";
+    o.sample_rate = rate;
+    o.rings = 1;
+    o.ring_slots = slots;
+    o.timeout_ms = 200;
+    o.connect_timeout_ms = 200;
     kl_tracer *t = NULL;
     char err[256];
     assert_int_equal(kl_tracer_new(&o, &t, err, sizeof err), KL_OK);
@@ -371,7 +372,8 @@ static void test_full_ring_drops_and_counts(void **state)
 static void test_bad_endpoint(void **state)
 {
     (void)state;
-    kl_tracer_opts o = {.endpoint = "udp://localhost:6831", .rings = 1};
+    kl_tracer_opts o = kl_tracer_defaults;
+    o.endpoint = "udp://localhost:6831";
     kl_tracer *t = NULL;
     char err[256];
     assert_int_equal(kl_tracer_new(&o, &t, err, sizeof err), KL_E_CONFIG);

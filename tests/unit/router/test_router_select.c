@@ -20,10 +20,12 @@ static kl_router R;
 static int setup(void **state)
 {
     memset(&R, 0, sizeof R);
+    /* the defaults, written out: the assertions below depend on them */
+    R.o = kl_router_defaults;
     R.o.ewma_weight_pct = 20;
     R.o.latency_tolerance_pct = 10;
-    R.o.timeout_floor_ms = 20;
-    R.o.timeout_ceiling_ms = 2000;
+    R.o.timeout_floor_ns = 20 * KL_NS_PER_MS;
+    R.o.timeout_ceiling_ns = 2000 * KL_NS_PER_MS;
     R.o.timeout_p99_factor = 10;
     return 0;
 }

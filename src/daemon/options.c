@@ -8,9 +8,19 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "config/config.h"
+#include "core/log.h"
+#include "core/time.h"
+#include "daemon/settings.h"
 
-#define F(field) offsetof(kl_config, field)
+/* A row's field: offsetof into kl_settings. F() for the process's own
+ * options (in kl_config), S(), P(), R(), T(), M() for the engine's, the
+ * pool's, the router's, the tracer's and the metrics endpoint's. */
+#define F(field) offsetof(kl_settings, cfg.field)
+#define S(field) offsetof(kl_settings, server.field)
+#define P(field) offsetof(kl_settings, pool.field)
+#define R(field) offsetof(kl_settings, router.field)
+#define T(field) offsetof(kl_settings, tracing.field)
+#define M(field) offsetof(kl_settings, metrics_http.field)
 #define DAY_MS (24ll * 3600 * 1000)
 #define HOUR_MS (3600ll * 1000)
 
@@ -24,6 +34,47 @@
 #define G_ACT "Activation (Origin CA enrolment)"
 #define G_TRACE "Tracing"
 #define G_ROUTE "Geo routing (docs/ROUTING.md)"
+
+/* Checks of keylessd's options that the loader does not know (it checks
+ * the stores, current_time, log_format and the modes in config/derive.c).
+ */
+static kl_status check(const kl_config *cfg, char *err, size_t errlen)
+{
+    const kl_settings *s = kl_settings_of_c(cfg);
+    if (!s->server.listen_address || !*s->server.listen_address) {
+        kl_errf(err, errlen,
+                "listen_address: must not be empty; use 0.0.0.0 for every "
+                "IPv4 address");
+        return KL_E_CONFIG;
+    }
+    for (const char *const *o =
+             (const char *const[]){"auth_cert", "auth_key",
+                                   "cloudflare_ca_cert", NULL};
+         *o; o++) {
+        const kl_option *opt = kl_config_find(cfg->table, *o);
+        const char *v = *(char *const *)((const char *)cfg + opt->offset);
+        char def[256];
+        if (!v || !*v) {
+            kl_config_default_text(cfg->table, opt, def, sizeof def);
+            kl_errf(err, errlen,
+                    "%s: must name a file; remove the empty setting to use "
+                    "the default %s",
+                    *o, def);
+            return KL_E_CONFIG;
+        }
+    }
+    if (s->router.timeout_ceiling_ns < s->router.timeout_floor_ns) {
+        char a[32], b[32];
+        kl_format_duration(s->router.timeout_ceiling_ns, a, sizeof a);
+        kl_format_duration(s->router.timeout_floor_ns, b, sizeof b);
+        kl_errf(err, errlen,
+                "router_timeout_ceiling: %s is below router_timeout_floor "
+                "%s; raise the ceiling or lower the floor",
+                a, b);
+        return KL_E_CONFIG;
+    }
+    return KL_OK;
+}
 
 static const kl_option options[] = {
     /* ---- the file ---- */
@@ -46,7 +97,6 @@ static const kl_option options[] = {
      .offset = F(loglevel),
      .min = 0,
      .max = 5,
-     .def = "1",
      .env = "KEYLESS_LOGLEVEL",
      .flag = "loglevel",
      .short_flag = 'l',
@@ -58,7 +108,6 @@ static const kl_option options[] = {
     {.name = "log_format",
      .type = KL_OPT_STRING,
      .offset = F(log_format),
-     .def = "text",
      .env = "KEYLESS_LOG_FORMAT",
      .flag = "log-format",
      .metavar = "text|json",
@@ -70,10 +119,9 @@ static const kl_option options[] = {
      .group = G_LOG},
     {.name = "access_log_sample_rate",
      .type = KL_OPT_FLOAT,
-     .offset = F(access_log_sample_rate),
+     .offset = S(access_log_sample_rate),
      .min = 0,
      .max = 1,
-     .def = "0",
      .env = "KEYLESS_ACCESS_LOG_SAMPLE_RATE",
      .flag = "access-log-sample-rate",
      .metavar = "0..1",
@@ -87,7 +135,6 @@ static const kl_option options[] = {
     {.name = "auth_cert",
      .type = KL_OPT_STRING,
      .offset = F(auth_cert),
-     .def = "server.pem",
      .env = "KEYLESS_AUTH_CERT",
      .flag = "auth-cert",
      .metavar = "PATH",
@@ -99,7 +146,6 @@ static const kl_option options[] = {
     {.name = "auth_key",
      .type = KL_OPT_STRING,
      .offset = F(auth_key),
-     .def = "server-key.pem",
      .env = "KEYLESS_AUTH_KEY",
      .flag = "auth-key",
      .metavar = "PATH",
@@ -109,7 +155,6 @@ static const kl_option options[] = {
     {.name = "cloudflare_ca_cert",
      .type = KL_OPT_STRING,
      .offset = F(cloudflare_ca_cert),
-     .def = "keyless_cacert.pem",
      .env = "KEYLESS_CLOUDFLARE_CA_CERT",
      .flag = "cloudflare-ca-cert",
      .metavar = "PATH",
@@ -163,7 +208,6 @@ static const kl_option options[] = {
     {.name = "allow_group_readable_keys",
      .type = KL_OPT_BOOL,
      .offset = F(allow_group_readable_keys),
-     .def = "false",
      .env = "KEYLESS_ALLOW_GROUP_READABLE_KEYS",
      .flag = "allow-group-readable-keys",
      .metavar = "BOOL",
@@ -200,7 +244,6 @@ static const kl_option options[] = {
     {.name = "watch_key_dirs",
      .type = KL_OPT_BOOL,
      .offset = F(watch_key_dirs),
-     .def = "true",
      .env = "KEYLESS_WATCH_KEY_DIRS",
      .flag = "watch-key-dirs",
      .metavar = "BOOL",
@@ -213,7 +256,6 @@ static const kl_option options[] = {
      .offset = F(watch_delay_ns),
      .min = 0,
      .max = HOUR_MS,
-     .def = "500ms",
      .env = "KEYLESS_WATCH_DELAY",
      .flag = "watch-delay",
      .metavar = "DURATION",
@@ -225,11 +267,10 @@ static const kl_option options[] = {
 
     /* ---- listening ---- */
     {.name = "port",
-     .type = KL_OPT_INT,
-     .offset = F(port),
+     .type = KL_OPT_U16,
+     .offset = S(port),
      .min = 1,
      .max = 65535,
-     .def = "2407",
      .env = "KEYLESS_PORT",
      .flag = "port",
      .metavar = "PORT",
@@ -237,8 +278,7 @@ static const kl_option options[] = {
      .group = G_NET},
     {.name = "listen_address",
      .type = KL_OPT_STRING,
-     .offset = F(listen_address),
-     .def = "0.0.0.0",
+     .offset = S(listen_address),
      .env = "KEYLESS_LISTEN_ADDRESS",
      .flag = "listen-address",
      .metavar = "ADDR",
@@ -247,8 +287,7 @@ static const kl_option options[] = {
      .group = G_NET},
     {.name = "listen_reuseport",
      .type = KL_OPT_BOOL,
-     .offset = F(listen_reuseport),
-     .def = "false",
+     .offset = S(share_port),
      .env = "KEYLESS_LISTEN_REUSEPORT",
      .flag = "listen-reuseport",
      .metavar = "BOOL",
@@ -258,11 +297,10 @@ static const kl_option options[] = {
              "listens on the port",
      .group = G_NET},
     {.name = "metrics_port",
-     .type = KL_OPT_INT,
-     .offset = F(metrics_port),
+     .type = KL_OPT_U16,
+     .offset = M(port),
      .min = 0,
      .max = 65535,
-     .def = "2406",
      .env = "KEYLESS_METRICS_PORT",
      .flag = "metrics-port",
      .metavar = "PORT",
@@ -272,8 +310,7 @@ static const kl_option options[] = {
      .group = G_NET},
     {.name = "metrics_address",
      .type = KL_OPT_STRING,
-     .offset = F(metrics_address),
-     .def = "127.0.0.1",
+     .offset = M(address),
      .env = "KEYLESS_METRICS_ADDRESS",
      .flag = "metrics-address",
      .metavar = "ADDR",
@@ -285,7 +322,6 @@ static const kl_option options[] = {
     {.name = "metrics_identities",
      .type = KL_OPT_BOOL,
      .offset = F(metrics_identities),
-     .def = "true",
      .env = "KEYLESS_METRICS_IDENTITIES",
      .flag = "metrics-identities",
      .metavar = "BOOL",
@@ -307,10 +343,9 @@ static const kl_option options[] = {
     /* ---- limits and timeouts ---- */
     {.name = "shards",
      .type = KL_OPT_INT,
-     .offset = F(shards),
+     .offset = S(shards),
      .min = 0,
      .max = 1024,
-     .def = "0",
      .env = "KEYLESS_SHARDS",
      .flag = "shards",
      .metavar = "N",
@@ -319,10 +354,9 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     {.name = "workers",
      .type = KL_OPT_INT,
-     .offset = F(workers),
+     .offset = P(workers),
      .min = 0,
      .max = 1024,
-     .def = "0",
      .env = "KEYLESS_WORKERS",
      .flag = "workers",
      .metavar = "N",
@@ -333,7 +367,6 @@ static const kl_option options[] = {
      .offset = F(realtime_priority),
      .min = 0,
      .max = 98,
-     .def = "0",
      .env = "KEYLESS_REALTIME_PRIORITY",
      .flag = "realtime-priority",
      .metavar = "N",
@@ -346,11 +379,10 @@ static const kl_option options[] = {
              "scheduling",
      .group = G_LIMITS},
     {.name = "max_inflight_per_conn",
-     .type = KL_OPT_INT,
-     .offset = F(max_inflight_per_conn),
+     .type = KL_OPT_U32,
+     .offset = S(max_inflight_per_conn),
      .min = 1,
      .max = 1 << 20,
-     .def = "1024",
      .env = "KEYLESS_MAX_INFLIGHT_PER_CONN",
      .flag = "max-inflight-per-conn",
      .metavar = "N",
@@ -358,11 +390,10 @@ static const kl_option options[] = {
              "(protocol P8 asks for at least 1024)",
      .group = G_LIMITS},
     {.name = "max_inflight",
-     .type = KL_OPT_INT,
-     .offset = F(max_inflight),
+     .type = KL_OPT_U32,
+     .offset = S(max_inflight),
      .min = 1,
      .max = 1 << 24,
-     .def = "65536",
      .env = "KEYLESS_MAX_INFLIGHT",
      .flag = "max-inflight",
      .metavar = "N",
@@ -371,10 +402,9 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     {.name = "idle_timeout",
      .type = KL_OPT_DURATION,
-     .offset = F(idle_timeout_ns),
+     .offset = S(idle_timeout_ns),
      .min = 1,
      .max = DAY_MS,
-     .def = "30s",
      .env = "KEYLESS_IDLE_TIMEOUT",
      .flag = "idle-timeout",
      .metavar = "DURATION",
@@ -382,10 +412,9 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     {.name = "handshake_timeout",
      .type = KL_OPT_DURATION,
-     .offset = F(handshake_timeout_ns),
+     .offset = S(handshake_timeout_ns),
      .min = 1,
      .max = HOUR_MS,
-     .def = "10s",
      .env = "KEYLESS_HANDSHAKE_TIMEOUT",
      .flag = "handshake-timeout",
      .metavar = "DURATION",
@@ -393,10 +422,9 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     {.name = "drain_timeout",
      .type = KL_OPT_DURATION,
-     .offset = F(drain_timeout_ns),
+     .offset = S(drain_timeout_ns),
      .min = 0,
      .max = HOUR_MS,
-     .def = "5s",
      .env = "KEYLESS_DRAIN_TIMEOUT",
      .flag = "drain-timeout",
      .metavar = "DURATION",
@@ -406,10 +434,9 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     {.name = "max_queue_time",
      .type = KL_OPT_DURATION,
-     .offset = F(max_queue_time_ns),
+     .offset = S(max_queue_time_ns),
      .min = 0,
      .max = HOUR_MS,
-     .def = "0s",
      .env = "KEYLESS_MAX_QUEUE_TIME",
      .flag = "max-queue-time",
      .metavar = "DURATION",
@@ -418,11 +445,10 @@ static const kl_option options[] = {
              "limit)",
      .group = G_LIMITS},
     {.name = "max_async_jobs",
-     .type = KL_OPT_INT,
-     .offset = F(max_async_jobs),
+     .type = KL_OPT_U32,
+     .offset = S(max_async_jobs),
      .min = 1,
      .max = 65536,
-     .def = "256",
      .env = "KEYLESS_MAX_ASYNC_JOBS",
      .flag = "max-async-jobs",
      .metavar = "N",
@@ -434,7 +460,6 @@ static const kl_option options[] = {
      .offset = F(sign_timeout_ns),
      .min = 0,
      .max = HOUR_MS,
-     .def = "0s",
      .env = "KEYLESS_SIGN_TIMEOUT",
      .flag = "sign-timeout",
      .metavar = "DURATION",
@@ -449,7 +474,6 @@ static const kl_option options[] = {
      .offset = F(sign_retry_count),
      .min = 0,
      .max = 100,
-     .def = "0",
      .env = "KEYLESS_SIGN_RETRY_COUNT",
      .flag = "sign-retry-count",
      .metavar = "N",
@@ -461,7 +485,6 @@ static const kl_option options[] = {
     {.name = "tls13",
      .type = KL_OPT_BOOL,
      .offset = F(tls13),
-     .def = "true",
      .env = "KEYLESS_TLS13",
      .flag = "tls13",
      .metavar = "BOOL",
@@ -469,11 +492,10 @@ static const kl_option options[] = {
      .group = G_LIMITS},
     /* ---- hardening (docs/SECURITY.md) ---- */
     {.name = "max_connections",
-     .type = KL_OPT_INT,
-     .offset = F(max_connections),
+     .type = KL_OPT_U32,
+     .offset = S(max_connections),
      .min = 1,
      .max = 1 << 22,
-     .def = "10000",
      .env = "KEYLESS_MAX_CONNECTIONS",
      .flag = "max-connections",
      .metavar = "N",
@@ -482,11 +504,10 @@ static const kl_option options[] = {
              "the hard limit and warns when that is too low)",
      .group = G_LIMITS},
     {.name = "max_handshaking",
-     .type = KL_OPT_INT,
-     .offset = F(max_handshaking),
+     .type = KL_OPT_U32,
+     .offset = S(max_handshaking),
      .min = 1,
      .max = 1 << 22,
-     .def = "1000",
      .env = "KEYLESS_MAX_HANDSHAKING",
      .flag = "max-handshaking",
      .metavar = "N",
@@ -496,11 +517,10 @@ static const kl_option options[] = {
              "net.core.somaxconn)",
      .group = G_LIMITS},
     {.name = "max_handshaking_per_source",
-     .type = KL_OPT_INT,
-     .offset = F(max_handshaking_per_source),
+     .type = KL_OPT_U32,
+     .offset = S(max_handshaking_per_source),
      .min = 1,
      .max = 1 << 22,
-     .def = "100",
      .env = "KEYLESS_MAX_HANDSHAKING_PER_SOURCE",
      .flag = "max-handshaking-per-source",
      .metavar = "N",
@@ -509,11 +529,10 @@ static const kl_option options[] = {
              "raise it when many edges share one (NAT) address",
      .group = G_LIMITS},
     {.name = "max_handshake_bytes",
-     .type = KL_OPT_INT,
-     .offset = F(max_handshake_bytes),
+     .type = KL_OPT_U32,
+     .offset = S(max_handshake_bytes),
      .min = 4096,
      .max = 1 << 24,
-     .def = "65536",
      .env = "KEYLESS_MAX_HANDSHAKE_BYTES",
      .flag = "max-handshake-bytes",
      .metavar = "BYTES",
@@ -522,11 +541,10 @@ static const kl_option options[] = {
              "client that sends more is disconnected",
      .group = G_LIMITS},
     {.name = "max_output_per_conn",
-     .type = KL_OPT_INT,
-     .offset = F(max_output_per_conn),
+     .type = KL_OPT_SIZE,
+     .offset = S(max_output),
      .min = 65536,
      .max = 1 << 30,
-     .def = "8388608",
      .env = "KEYLESS_MAX_OUTPUT_PER_CONN",
      .flag = "max-output-per-conn",
      .metavar = "BYTES",
@@ -535,11 +553,10 @@ static const kl_option options[] = {
              "reads is closed by idle_timeout then drain_timeout)",
      .group = G_LIMITS},
     {.name = "max_buffered_bytes",
-     .type = KL_OPT_INT,
-     .offset = F(max_buffered_bytes),
+     .type = KL_OPT_SIZE,
+     .offset = S(max_buffered),
      .min = 1048576,
      .max = 1 << 30,
-     .def = "67108864",
      .env = "KEYLESS_MAX_BUFFERED_BYTES",
      .flag = "max-buffered-bytes",
      .metavar = "BYTES",
@@ -565,7 +582,6 @@ static const kl_option options[] = {
     {.name = "allow_core_dumps",
      .type = KL_OPT_BOOL,
      .offset = F(allow_core_dumps),
-     .def = "false",
      .env = "KEYLESS_ALLOW_CORE_DUMPS",
      .flag = "allow-core-dumps",
      .metavar = "BOOL",
@@ -604,7 +620,6 @@ static const kl_option options[] = {
     {.name = "init_endpoint",
      .type = KL_OPT_STRING,
      .offset = F(init_endpoint),
-     .def = "https://api.cloudflare.com/client/v4/certificates/",
      .env = "KEYLESS_INIT_ENDPOINT",
      .flag = "init-endpoint",
      .metavar = "URL",
@@ -615,7 +630,6 @@ static const kl_option options[] = {
     {.name = "auth_csr",
      .type = KL_OPT_STRING,
      .offset = F(auth_csr),
-     .def = "server.csr",
      .env = "KEYLESS_AUTH_CSR",
      .flag = "auth-csr",
      .metavar = "PATH",
@@ -625,7 +639,6 @@ static const kl_option options[] = {
     {.name = "auto_renew",
      .type = KL_OPT_BOOL,
      .offset = F(auto_renew),
-     .def = "false",
      .env = "KEYLESS_AUTO_RENEW",
      .flag = "auto-renew",
      .metavar = "BOOL",
@@ -640,7 +653,6 @@ static const kl_option options[] = {
      .offset = F(activation_timeout_ns),
      .min = 1000,
      .max = 10 * 60 * 1000,
-     .def = "30s",
      .env = "KEYLESS_ACTIVATION_TIMEOUT",
      .flag = "activation-timeout",
      .metavar = "DURATION",
@@ -652,7 +664,6 @@ static const kl_option options[] = {
     {.name = "tracing_enabled",
      .type = KL_OPT_BOOL,
      .offset = F(tracing_enabled),
-     .def = "false",
      .env = "KEYLESS_TRACING_ENABLED",
      .flag = "tracing-enabled",
      .metavar = "BOOL",
@@ -661,7 +672,6 @@ static const kl_option options[] = {
     {.name = "tracing_address",
      .type = KL_OPT_STRING,
      .offset = F(tracing_address),
-     .def = "localhost:6831",
      .env = "KEYLESS_TRACING_ADDRESS",
      .flag = "tracing-address",
      .metavar = "HOST:PORT|URL",
@@ -671,10 +681,9 @@ static const kl_option options[] = {
      .group = G_TRACE},
     {.name = "tracing_sample_rate",
      .type = KL_OPT_FLOAT,
-     .offset = F(tracing_sample_rate),
+     .offset = T(sample_rate),
      .min = 0,
      .max = 1,
-     .def = "0",
      .env = "KEYLESS_TRACING_SAMPLE_RATE",
      .flag = "tracing-sample-rate",
      .metavar = "0..1",
@@ -682,10 +691,10 @@ static const kl_option options[] = {
      .group = G_TRACE},
 
 /* ---- geo routing: its rows live in options_router.inc ---- */
-#include "config/options_router.inc"
+#include "daemon/options_router.inc"
 
 /* ---- sealed keys: options_seal.inc ---- */
-#include "config/options_seal.inc"
+#include "daemon/options_seal.inc"
 
     /* ---- modes ---- */
     {.name = "check",
@@ -775,16 +784,40 @@ static const kl_option options[] = {
      .group = G_MODES},
 };
 
-const kl_option *kl_config_options(size_t *count)
+/* Every default: a module's options take its defaults struct, the
+ * options kept in kl_config (the process's own) get theirs here. Zero,
+ * false and unset need no line. Strings are static (kl_config_new copies
+ * them). */
+static void defaults(kl_config *c)
 {
-    *count = sizeof options / sizeof options[0];
-    return options;
+    kl_settings *s = kl_settings_of(c);
+    s->server = kl_server_defaults;
+    s->pool = kl_pool_defaults;
+    s->router = kl_router_defaults;
+    s->tracing = kl_tracer_defaults;
+    s->metrics_http = kl_metrics_http_defaults;
+    c->loglevel = KL_LOG_DEFAULT_LEVEL;
+    c->log_format = (char *)kl_log_format_name(KL_LOG_DEFAULT_FORMAT);
+    c->auth_cert = "server.pem";
+    c->auth_key = "server-key.pem";
+    c->cloudflare_ca_cert = "keyless_cacert.pem";
+    c->watch_key_dirs = true;
+    c->watch_delay_ns = 500 * KL_NS_PER_MS;
+    c->metrics_identities = true;
+    c->tls13 = true;
+    c->init_endpoint = "https://api.cloudflare.com/client/v4/certificates/";
+    c->auth_csr = "server.csr";
+    c->activation_timeout_ns = 30 * KL_NS_PER_S;
+    c->tracing_address = "localhost:6831";
 }
 
-const kl_option *kl_config_find(const char *name)
-{
-    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
-        if (strcmp(options[i].name, name) == 0)
-            return &options[i];
-    return NULL;
-}
+_Static_assert(offsetof(kl_settings, cfg) == 0,
+               "the loader's kl_config starts the settings");
+
+const kl_opt_table kl_daemon_options = {
+    .rows = options,
+    .count = sizeof options / sizeof options[0],
+    .size = sizeof(kl_settings),
+    .defaults = defaults,
+    .check = check,
+};
