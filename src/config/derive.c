@@ -214,7 +214,7 @@ kl_status kl_cfg_derive(kl_config *cfg, char *err, size_t errlen)
                                cfg->current_time);
         cfg->has_current_time = true;
     }
-    if (kl_log_format_parse(cfg->log_format) < 0)
+    if (!kl_log_format_known(cfg->log_format))
         return kl_cfg_fail(err, errlen,
                            "log_format: \"%s\" is not a log format; write "
                            "log_format: text or log_format: json",

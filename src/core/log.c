@@ -55,6 +55,11 @@ int kl_log_get_format(void)
     return atomic_load_explicit(&log_format, memory_order_relaxed);
 }
 
+bool kl_log_format_known(const char *name)
+{
+    return !name || !*name || !strcmp(name, "text") || !strcmp(name, "json");
+}
+
 const char *kl_log_format_name(int format)
 {
     return format == KL_LOG_JSON ? "json" : "text";
@@ -62,11 +67,7 @@ const char *kl_log_format_name(int format)
 
 int kl_log_format_parse(const char *name)
 {
-    if (!name || !*name || !strcmp(name, "text"))
-        return KL_LOG_TEXT;
-    if (!strcmp(name, "json"))
-        return KL_LOG_JSON;
-    return -1;
+    return name && !strcmp(name, "json") ? KL_LOG_JSON : KL_LOG_TEXT;
 }
 
 /* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if none. */

@@ -44,7 +44,10 @@ enum kl_log_format { KL_LOG_TEXT = 0, KL_LOG_JSON = 1 };
 #define KL_LOG_DEFAULT_FORMAT KL_LOG_TEXT
 void kl_log_set_format(int format);
 int kl_log_get_format(void);
-/* "text" or "json" -> the format; -1 for anything else. */
+/* Whether name is a log format: "text" or "json" (NULL and "" are text). */
+bool kl_log_format_known(const char *name);
+/* The format a known name gives (kl_log_format_known); text for any
+ * other, so check a name from the configuration with that first. */
 int kl_log_format_parse(const char *name);
 /* The format's name, as kl_log_format_parse reads it. */
 const char *kl_log_format_name(int format);

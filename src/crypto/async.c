@@ -34,7 +34,7 @@ typedef struct slot {
     uint8_t opcode;
     uint8_t *in, *out;
     size_t in_len, in_cap, out_cap, out_len;
-    uint8_t err;
+    kl_status err;
     kl_ctx_entry ctx; /* the slot's own OpenSSL context (ops.h) */
     int fds[MAX_FDS]; /* watched in the owner's poll set */
     unsigned nfds;
@@ -185,11 +185,11 @@ static void deliver(slot *s)
     kl_job *job = s->job;
     job->err = s->err;
     job->out_len = 0;
-    if (s->err == KL_ERR_NONE && s->out_len <= job->out_cap) {
+    if (s->err == KL_OK && s->out_len <= job->out_cap) {
         memcpy(job->out, s->out, s->out_len);
         job->out_len = s->out_len;
-    } else if (s->err == KL_ERR_NONE) {
-        job->err = KL_ERR_INTERNAL;
+    } else if (s->err == KL_OK) {
+        job->err = KL_E_INTERNAL;
     }
 }
 
@@ -208,7 +208,7 @@ static bool step(slot *s)
         return false;
     }
     if (r != ASYNC_FINISH)
-        s->err = KL_ERR_INTERNAL; /* ASYNC_ERR, ASYNC_NO_JOBS */
+        s->err = KL_E_INTERNAL; /* ASYNC_ERR, ASYNC_NO_JOBS */
     ERR_clear_error();
     sync_fds(s);
     return true;
@@ -225,7 +225,7 @@ kl_async_result kl_async_start(kl_async *a, kl_job *job)
 {
     job->out_len = 0;
     if (shed(job)) {
-        job->err = KL_ERR_INTERNAL; /* P6 shedding, as the pool does */
+        job->err = KL_E_INTERNAL; /* P6 shedding, as the pool does */
         return KL_ASYNC_DONE;
     }
     if (!a->nfree) {
@@ -236,7 +236,7 @@ kl_async_result kl_async_start(kl_async *a, kl_job *job)
     if ((!s->wctx && !(s->wctx = ASYNC_WAIT_CTX_new())) ||
         !grow(&s->in, &s->in_cap, job->in_len ? job->in_len : 1) ||
         !grow(&s->out, &s->out_cap, job->out_cap ? job->out_cap : 1)) {
-        job->err = KL_ERR_INTERNAL;
+        job->err = KL_E_INTERNAL;
         return KL_ASYNC_DONE;
     }
     a->nfree--;
@@ -296,7 +296,7 @@ unsigned kl_async_expire(kl_async *a, uint64_t now_ns)
             s->unhold = job->key_unhold;
         }
         s->job = NULL;
-        job->err = KL_ERR_INTERNAL;
+        job->err = KL_E_INTERNAL;
         job->out_len = 0;
         a->st.expired++;
         n++;

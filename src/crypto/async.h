@@ -56,14 +56,14 @@ typedef enum kl_async_result {
 } kl_async_result;
 
 /* Runs job (a key operation) in an ASYNC job. As the pool does, a job
- * abandoned or past its deadline is answered KL_ERR_INTERNAL without
+ * abandoned or past its deadline is answered KL_E_INTERNAL without
  * running; started_ns is set when it runs. */
 kl_async_result kl_async_start(kl_async *a, kl_job *job);
 
 /* A watched fd with this tag is readable: resumes its operation. */
 void kl_async_ready(kl_async *a, void *tag);
 
-/* Answers (KL_ERR_INTERNAL, through done) every paused job whose deadline
+/* Answers (KL_E_INTERNAL, through done) every paused job whose deadline
  * is at or before now_ns or whose client went away. Returns how many. The
  * owner calls it on a timer while kl_async_busy is not 0. */
 unsigned kl_async_expire(kl_async *a, uint64_t now_ns);

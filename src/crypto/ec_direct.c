@@ -43,18 +43,18 @@ static EC_KEY **slot_for(int curve)
     return NULL;
 }
 
-uint8_t kl_ec_sign_scalar(int curve, const uint8_t *d, size_t dlen,
-                          const uint8_t *dgst, size_t dgstlen, uint8_t *out,
-                          size_t *out_len)
+kl_status kl_ec_sign_scalar(int curve, const uint8_t *d, size_t dlen,
+                            const uint8_t *dgst, size_t dgstlen, uint8_t *out,
+                            size_t *out_len)
 {
     EC_KEY **slot = slot_for(curve);
     if (slot && !*slot)
         *slot = EC_KEY_new_by_curve_name(curve);
     if (!slot || !*slot || (!tl.d && !(tl.d = BN_new())))
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     EC_KEY *ek = *slot;
     if (dlen > INT_MAX || dgstlen > INT_MAX)
-        return KL_ERR_CRYPTO;
+        return KL_E_CRYPTO;
     unsigned int n = 0;
     int ok = BN_bin2bn(d, (int)dlen, tl.d) != NULL &&
              EC_KEY_set_private_key(ek, tl.d) == 1 &&
@@ -67,9 +67,9 @@ uint8_t kl_ec_sign_scalar(int curve, const uint8_t *d, size_t dlen,
         *slot = NULL;
     }
     if (!ok)
-        return KL_ERR_CRYPTO;
+        return KL_E_CRYPTO;
     *out_len = n;
-    return KL_ERR_NONE;
+    return KL_OK;
 }
 
 void kl_ec_direct_thread_free(void)

@@ -10,15 +10,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/status.h"
+
 /* Signs dgst (any length: ECDSA truncates it to the order, as
  * EVP_PKEY_sign does with no digest set) with the scalar d (dlen bytes,
  * big-endian) on the named curve (an EC curve NID). out must hold the
- * curve's largest DER signature. Returns KL_ERR_NONE with *out_len set,
- * KL_ERR_CRYPTO when OpenSSL refuses, KL_ERR_INTERNAL for an unknown curve
+ * curve's largest DER signature. Returns KL_OK with *out_len set,
+ * KL_E_CRYPTO when OpenSSL refuses, KL_E_INTERNAL for an unknown curve
  * or no memory. Leaves no copy of d behind. */
-uint8_t kl_ec_sign_scalar(int curve, const uint8_t *d, size_t dlen,
-                          const uint8_t *dgst, size_t dgstlen, uint8_t *out,
-                          size_t *out_len);
+kl_status kl_ec_sign_scalar(int curve, const uint8_t *d, size_t dlen,
+                            const uint8_t *dgst, size_t dgstlen, uint8_t *out,
+                            size_t *out_len);
 /* Frees this thread's EC_KEYs. */
 void kl_ec_direct_thread_free(void);
 

@@ -163,9 +163,9 @@ int kl_crypto_compare_be(const uint8_t *a, const uint8_t *b, size_t k)
 /* protocol P4: the raw m = c^d mod n, left-padded to k; leading zero bytes
  * in c are allowed, c > n is a crypto error and c == n gives zeros (as the
  * reference does; OpenSSL itself refuses c >= n). */
-static uint8_t rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
-                           uint8_t *out, size_t outcap, size_t *out_len,
-                           bool *broken)
+static kl_status rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
+                             uint8_t *out, size_t outcap, size_t *out_len,
+                             bool *broken)
 {
     size_t k = e->k;
     while (inlen > 0 && in[0] == 0) {
@@ -173,18 +173,18 @@ static uint8_t rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
         inlen--;
     }
     if (inlen > k)
-        return KL_ERR_CRYPTO;
+        return KL_E_CRYPTO;
     if (outcap < k)
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     uint8_t *c = OPENSSL_zalloc(k);
     if (!c)
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     if (inlen)
         memcpy(c + (k - inlen), in, inlen);
-    uint8_t err = KL_ERR_NONE;
+    kl_status err = KL_OK;
     int cmp = kl_crypto_compare_be(c, e->modulus, k);
     if (cmp > 0) {
-        err = KL_ERR_CRYPTO;
+        err = KL_E_CRYPTO;
     } else if (cmp == 0) {
         memset(out, 0, k);
         *out_len = k;
@@ -192,7 +192,7 @@ static uint8_t rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
         size_t n = outcap;
         if (EVP_PKEY_decrypt(e->pctx, out, &n, c, k) != 1 || n != k) {
             *broken = true;
-            err = KL_ERR_CRYPTO;
+            err = KL_E_CRYPTO;
         } else {
             *out_len = k;
         }
@@ -203,9 +203,9 @@ static uint8_t rsa_decrypt(kl_ctx_entry *e, const uint8_t *in, size_t inlen,
 
 /* ---- entry point -------------------------------------------------------- */
 
-static uint8_t sign(kl_ctx_entry *e, op_family fam, const uint8_t *in,
-                    size_t inlen, uint8_t *out, size_t outcap, size_t *out_len,
-                    bool *broken)
+static kl_status sign(kl_ctx_entry *e, op_family fam, const uint8_t *in,
+                      size_t inlen, uint8_t *out, size_t outcap,
+                      size_t *out_len, bool *broken)
 {
     size_t n = outcap;
     int ok;
@@ -224,15 +224,15 @@ static uint8_t sign(kl_ctx_entry *e, op_family fam, const uint8_t *in,
     }
     if (!ok) {
         *broken = true;
-        return KL_ERR_CRYPTO;
+        return KL_E_CRYPTO;
     }
     *out_len = n;
-    return KL_ERR_NONE;
+    return KL_OK;
 }
 
-uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
-                       const uint8_t *payload, size_t plen, uint8_t *out,
-                       size_t outcap, size_t *out_len)
+kl_status kl_crypto_exec(const kl_key *key, uint8_t opcode,
+                         const uint8_t *payload, size_t plen, uint8_t *out,
+                         size_t outcap, size_t *out_len)
 {
     return kl_crypto_exec_deadline(key, opcode, payload, plen, out, outcap,
                                    out_len, 0);
@@ -240,30 +240,31 @@ uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
 
 /* protocol P4's checks before any key work: the opcode, that it fits the
  * key type, the digest length, room for the output. */
-static uint8_t check(const kl_key *key, op_spec sp, size_t plen, size_t outcap)
+static kl_status check(const kl_key *key, op_spec sp, size_t plen,
+                       size_t outcap)
 {
     if (sp.fam == FAM_NONE)
-        return KL_ERR_BAD_OPCODE;
+        return KL_E_BAD_OPCODE;
     if (!key)
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     if (kl_key_get_type(key) != key_type_for(sp.fam))
-        return KL_ERR_CRYPTO;
+        return KL_E_CRYPTO;
     if (sp.dlen && plen != sp.dlen)
-        return KL_ERR_CRYPTO; /* an RSA or PSS digest of the wrong length */
+        return KL_E_CRYPTO; /* an RSA or PSS digest of the wrong length */
     if (outcap < kl_crypto_max_output(key))
-        return KL_ERR_INTERNAL;
-    return KL_ERR_NONE;
+        return KL_E_INTERNAL;
+    return KL_OK;
 }
 
 /* The EVP path with a prepared context e (NULL: setting it up failed). */
-static uint8_t run_evp(kl_ctx_entry *e, EVP_PKEY *pkey, op_spec sp,
-                       const uint8_t *payload, size_t plen, uint8_t *out,
-                       size_t outcap, size_t *out_len, bool *broken)
+static kl_status run_evp(kl_ctx_entry *e, EVP_PKEY *pkey, op_spec sp,
+                         const uint8_t *payload, size_t plen, uint8_t *out,
+                         size_t outcap, size_t *out_len, bool *broken)
 {
     if (!e)
         return sp.fam == FAM_RSA_DECRYPT && EVP_PKEY_get_size(pkey) < 11
-                   ? KL_ERR_CRYPTO /* P4: modulus under 11 bytes */
-                   : KL_ERR_INTERNAL;
+                   ? KL_E_CRYPTO /* P4: modulus under 11 bytes */
+                   : KL_E_INTERNAL;
     if (sp.fam == FAM_RSA_DECRYPT)
         return rsa_decrypt(e, payload, plen, out, outcap, out_len, broken);
     return sign(e, sp.fam, payload, plen, out, outcap, out_len, broken);
@@ -274,10 +275,10 @@ static uint8_t run_evp(kl_ctx_entry *e, EVP_PKEY *pkey, op_spec sp,
  * one operation at a time, on a context of its own, waiting for the
  * previous one no longer than the deadline (docs/OPERATIONS.md
  * "Accelerators and provider keys"). */
-static uint8_t provider_exec(const kl_key *key, op_spec sp, uint8_t opcode,
-                             const uint8_t *payload, size_t plen, uint8_t *out,
-                             size_t outcap, size_t *out_len,
-                             uint64_t deadline_ns)
+static kl_status provider_exec(const kl_key *key, op_spec sp, uint8_t opcode,
+                               const uint8_t *payload, size_t plen,
+                               uint8_t *out, size_t outcap, size_t *out_len,
+                               uint64_t deadline_ns)
 {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     uint64_t now = kl_now_ns();
@@ -290,13 +291,13 @@ static uint8_t provider_exec(const kl_key *key, op_spec sp, uint8_t opcode,
     ts.tv_sec = (time_t)(until / KL_NS_PER_S);
     ts.tv_nsec = (long)(until % KL_NS_PER_S);
     if (pthread_mutex_timedlock(&mu, &ts) != 0)
-        return KL_ERR_INTERNAL; /* the device is busy past the deadline */
+        return KL_E_INTERNAL; /* the device is busy past the deadline */
     EVP_PKEY *pkey = kl_key_pkey(key);
     kl_ctx_entry e = {
         .pkey = pkey, .opcode = opcode, .propq = kl_key_propq(key)};
     bool broken = false;
-    uint8_t err = run_evp(setup(&e) ? &e : NULL, pkey, sp, payload, plen, out,
-                          outcap, out_len, &broken);
+    kl_status err = run_evp(setup(&e) ? &e : NULL, pkey, sp, payload, plen, out,
+                            outcap, out_len, &broken);
     EVP_PKEY_CTX_free(e.pctx);
     EVP_MD_CTX_free(e.mctx);
     OPENSSL_free(e.modulus);
@@ -305,15 +306,15 @@ static uint8_t provider_exec(const kl_key *key, op_spec sp, uint8_t opcode,
     return err;
 }
 
-uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
-                                const uint8_t *payload, size_t plen,
-                                uint8_t *out, size_t outcap, size_t *out_len,
-                                uint64_t deadline_ns)
+kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
+                                  const uint8_t *payload, size_t plen,
+                                  uint8_t *out, size_t outcap, size_t *out_len,
+                                  uint64_t deadline_ns)
 {
     *out_len = 0;
     op_spec sp = spec_of(opcode);
-    uint8_t err = check(key, sp, plen, outcap);
-    if (err != KL_ERR_NONE)
+    kl_status err = check(key, sp, plen, outcap);
+    if (err != KL_OK)
         return err;
     if (kl_key_get_backend(key) == KL_BACKEND_PKCS11)
         return kl_p11_exec(key, opcode, payload, plen, out, outcap, out_len,
@@ -354,18 +355,18 @@ void kl_crypto_private_free(kl_ctx_entry *e)
     *e = (kl_ctx_entry){0};
 }
 
-uint8_t kl_crypto_exec_private(kl_ctx_entry *keep, const kl_key *key,
-                               uint8_t opcode, const uint8_t *payload,
-                               size_t plen, uint8_t *out, size_t outcap,
-                               size_t *out_len)
+kl_status kl_crypto_exec_private(kl_ctx_entry *keep, const kl_key *key,
+                                 uint8_t opcode, const uint8_t *payload,
+                                 size_t plen, uint8_t *out, size_t outcap,
+                                 size_t *out_len)
 {
     *out_len = 0;
     op_spec sp = spec_of(opcode);
-    uint8_t err = check(key, sp, plen, outcap);
-    if (err != KL_ERR_NONE)
+    kl_status err = check(key, sp, plen, outcap);
+    if (err != KL_OK)
         return err;
     if (kl_key_get_backend(key) == KL_BACKEND_PKCS11)
-        return KL_ERR_INTERNAL; /* token keys run on the blocking class */
+        return KL_E_INTERNAL; /* token keys run on the blocking class */
     EVP_PKEY *pkey = kl_key_pkey(key);
     const char *propq = kl_key_propq(key);
     kl_ctx_entry *e = keep;
@@ -374,7 +375,7 @@ uint8_t kl_crypto_exec_private(kl_ctx_entry *keep, const kl_key *key,
          * while this context names it (as the context cache does) */
         kl_crypto_private_free(keep);
         if (EVP_PKEY_up_ref(pkey) != 1)
-            return KL_ERR_INTERNAL;
+            return KL_E_INTERNAL;
         *keep = (kl_ctx_entry){.pkey = pkey, .opcode = opcode, .propq = propq};
         if (!setup(keep)) {
             kl_crypto_private_free(keep);

@@ -17,13 +17,14 @@
  * ECDSA: DER signature max, Ed25519: 64). */
 size_t kl_crypto_max_output(const kl_key *key);
 
-/* Runs opcode on payload with key. Returns KL_ERR_NONE and fills out and
- * *out_len, or a P6 error code: KL_ERR_CRYPTO for a failed operation, a bad
+/* Runs opcode on payload with key. Returns KL_OK and fills out and
+ * *out_len, or the status of the P6 answer (docs/DESIGN.md "Errors"):
+ * KL_E_CRYPTO for a failed operation, a bad
  * digest length, or an opcode that does not fit the key type;
- * KL_ERR_BAD_OPCODE for an opcode that is not a key operation. */
-uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
-                       const uint8_t *payload, size_t plen, uint8_t *out,
-                       size_t outcap, size_t *out_len);
+ * KL_E_BAD_OPCODE for an opcode that is not a key operation. */
+kl_status kl_crypto_exec(const kl_key *key, uint8_t opcode,
+                         const uint8_t *payload, size_t plen, uint8_t *out,
+                         size_t outcap, size_t *out_len);
 
 /* How long an operation on a token key waits for a free session when the
  * caller gave no deadline. */
@@ -31,26 +32,26 @@ uint8_t kl_crypto_exec(const kl_key *key, uint8_t opcode,
 
 /* The same with the caller's deadline (monotonic ns, 0 = none): an
  * operation on a token key (kl_key_get_backend) that cannot get a session
- * by then answers KL_ERR_INTERNAL. Token errors: KL_ERR_CRYPTO when the
- * token refused the input or mechanism, KL_ERR_INTERNAL when the token or
+ * by then answers KL_E_INTERNAL. Token errors: KL_E_CRYPTO when the
+ * token refused the input or mechanism, KL_E_INTERNAL when the token or
  * its sessions failed. Token keys block the calling thread: run them on the
  * pool's blocking class only. */
-uint8_t kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
-                                const uint8_t *payload, size_t plen,
-                                uint8_t *out, size_t outcap, size_t *out_len,
-                                uint64_t deadline_ns);
+kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
+                                  const uint8_t *payload, size_t plen,
+                                  uint8_t *out, size_t outcap, size_t *out_len,
+                                  uint64_t deadline_ns);
 
 /* The same on a context the caller keeps for this purpose (zeroed at
  * first; one per ASYNC slot, crypto/async.h), set up again when the key or
  * opcode changes and after a failure - never this thread's context cache
  * nor a key's EC scalar: several paused operations of one thread may use
- * the same key at once. Token keys are refused (KL_ERR_INTERNAL): they run
+ * the same key at once. Token keys are refused (KL_E_INTERNAL): they run
  * on the blocking class. kl_crypto_private_free releases the context. */
 struct kl_ctx_entry;
-uint8_t kl_crypto_exec_private(struct kl_ctx_entry *keep, const kl_key *key,
-                               uint8_t opcode, const uint8_t *payload,
-                               size_t plen, uint8_t *out, size_t outcap,
-                               size_t *out_len);
+kl_status kl_crypto_exec_private(struct kl_ctx_entry *keep, const kl_key *key,
+                                 uint8_t opcode, const uint8_t *payload,
+                                 size_t plen, uint8_t *out, size_t outcap,
+                                 size_t *out_len);
 void kl_crypto_private_free(struct kl_ctx_entry *keep);
 
 /* The cost class of an operation with this key: fast (EC,

@@ -213,22 +213,22 @@ static CK_RV run(kl_p11_key *k, const p11_op *op, const uint8_t *in,
 }
 
 /* r || s (two equal halves) into a DER ECDSA-Sig-Value. */
-static uint8_t ecdsa_der(const uint8_t *raw, size_t len, uint8_t *out,
-                         size_t outcap, size_t *out_len)
+static kl_status ecdsa_der(const uint8_t *raw, size_t len, uint8_t *out,
+                           size_t outcap, size_t *out_len)
 {
     if (len == 0 || len % 2)
-        return KL_ERR_CRYPTO;
+        return KL_E_CRYPTO;
     ECDSA_SIG *sig = ECDSA_SIG_new();
     BIGNUM *r = BN_bin2bn(raw, (int)(len / 2), NULL);
     BIGNUM *s = BN_bin2bn(raw + len / 2, (int)(len / 2), NULL);
-    uint8_t err = KL_ERR_INTERNAL;
+    kl_status err = KL_E_INTERNAL;
     if (sig && r && s && ECDSA_SIG_set0(sig, r, s) == 1) {
         r = s = NULL; /* owned by sig */
         int n = i2d_ECDSA_SIG(sig, NULL);
         unsigned char *p = out;
         if (n > 0 && (size_t)n <= outcap && i2d_ECDSA_SIG(sig, &p) == n) {
             *out_len = (size_t)n;
-            err = KL_ERR_NONE;
+            err = KL_OK;
         }
     }
     BN_free(r);
@@ -242,13 +242,13 @@ static uint8_t ecdsa_der(const uint8_t *raw, size_t len, uint8_t *out,
  * on c (k bytes); 0: *err is the answer. */
 static int decrypt_input(const kl_p11_key *k, const uint8_t *in, size_t inlen,
                          uint8_t *c, uint8_t *out, size_t *out_len,
-                         uint8_t *err)
+                         kl_status *err)
 {
     while (inlen > 0 && in[0] == 0) {
         in++;
         inlen--;
     }
-    *err = KL_ERR_CRYPTO;
+    *err = KL_E_CRYPTO;
     if (inlen > k->k)
         return 0;
     memset(c, 0, k->k);
@@ -260,58 +260,58 @@ static int decrypt_input(const kl_p11_key *k, const uint8_t *in, size_t inlen,
     if (cmp == 0) {
         memset(out, 0, k->k);
         *out_len = k->k;
-        *err = KL_ERR_NONE;
+        *err = KL_OK;
         return 0;
     }
     return 1;
 }
 
-static uint8_t finish(const kl_p11_key *k, const p11_op *op, const uint8_t *raw,
-                      size_t rawlen, uint8_t *out, size_t outcap,
-                      size_t *out_len)
+static kl_status finish(const kl_p11_key *k, const p11_op *op,
+                        const uint8_t *raw, size_t rawlen, uint8_t *out,
+                        size_t outcap, size_t *out_len)
 {
     if (op->ecdsa)
         return ecdsa_der(raw, rawlen, out, outcap, out_len);
     if (k->ktype == CKK_RSA) {
         /* some modules drop leading zero bytes of an RSA result */
         if (rawlen > k->k || outcap < k->k)
-            return KL_ERR_INTERNAL;
+            return KL_E_INTERNAL;
         memset(out, 0, k->k - rawlen);
         memcpy(out + (k->k - rawlen), raw, rawlen);
         *out_len = k->k;
-        return KL_ERR_NONE;
+        return KL_OK;
     }
     if (rawlen > outcap)
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     memcpy(out, raw, rawlen);
     *out_len = rawlen;
-    return KL_ERR_NONE;
+    return KL_OK;
 }
 
-uint8_t kl_p11_exec(const kl_key *key, uint8_t opcode, const uint8_t *in,
-                    size_t inlen, uint8_t *out, size_t outcap, size_t *out_len,
-                    uint64_t deadline_ns)
+kl_status kl_p11_exec(const kl_key *key, uint8_t opcode, const uint8_t *in,
+                      size_t inlen, uint8_t *out, size_t outcap,
+                      size_t *out_len, uint64_t deadline_ns)
 {
     kl_p11_key *k = kl_key_p11(key);
     p11_op op;
     if (!k || !op_of(opcode, &op))
-        return KL_ERR_BAD_OPCODE;
+        return KL_E_BAD_OPCODE;
     if (!deadline_ns)
         deadline_ns = kl_now_ns() + KL_CRYPTO_DEFAULT_WAIT_NS;
     uint8_t data[MAX_RAW], raw[MAX_RAW];
     const uint8_t *src = in;
     size_t srclen = inlen;
-    uint8_t err = KL_ERR_NONE;
+    kl_status err = KL_OK;
     if (op.decrypt) {
         if (k->k > MAX_RAW || !k->modulus)
-            return KL_ERR_INTERNAL;
+            return KL_E_INTERNAL;
         if (!decrypt_input(k, in, inlen, data, out, out_len, &err))
             return err;
         src = data;
         srclen = k->k;
     } else if (op.prefix) {
         if (op.prefix_len + inlen > sizeof data)
-            return KL_ERR_CRYPTO;
+            return KL_E_CRYPTO;
         memcpy(data, op.prefix, op.prefix_len);
         memcpy(data + op.prefix_len, in, inlen);
         src = data;
@@ -321,14 +321,14 @@ uint8_t kl_p11_exec(const kl_key *key, uint8_t opcode, const uint8_t *in,
     bool no_session = false;
     CK_RV rv = run(k, &op, src, srclen, raw, &rawlen, deadline_ns, &no_session);
     if (no_session) {
-        err = KL_ERR_INTERNAL; /* P6: busy past the deadline */
+        err = KL_E_INTERNAL; /* P6: busy past the deadline */
     } else if (rv != CKR_OK) {
         char b[32];
         /* the key's URI: the token's names the key that opened it */
         kl_log(input_error(rv) ? KL_LOG_DEBUG : KL_LOG_WARN,
                "%s: opcode 0x%02x failed: %s", kl_key_path(key), opcode,
                kl_p11_rv_str(rv, b, sizeof b));
-        err = input_error(rv) ? KL_ERR_CRYPTO : KL_ERR_INTERNAL;
+        err = input_error(rv) ? KL_E_CRYPTO : KL_E_INTERNAL;
     } else {
         err = finish(k, &op, raw, rawlen, out, outcap, out_len);
     }

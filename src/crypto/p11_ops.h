@@ -10,9 +10,9 @@
 
 #include "keys/keystore.h"
 
-uint8_t kl_p11_exec(const kl_key *key, uint8_t opcode, const uint8_t *in,
-                    size_t inlen, uint8_t *out, size_t outcap, size_t *out_len,
-                    uint64_t deadline_ns);
+kl_status kl_p11_exec(const kl_key *key, uint8_t opcode, const uint8_t *in,
+                      size_t inlen, uint8_t *out, size_t outcap,
+                      size_t *out_len, uint64_t deadline_ns);
 
 /* -1, 0, 1 as a <, ==, > b (k big-endian bytes each), in constant time
  * (ops.c). */

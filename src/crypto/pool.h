@@ -46,13 +46,13 @@ struct kl_job {
     size_t out_len;       /* set by the pool */
     uint64_t started_ns;  /* set by the pool: monotonic time its crypto
                              began (0: it never ran - shed, abandoned) */
-    uint8_t err;          /* P6 code, set by the pool */
-    uint64_t deadline_ns; /* monotonic; 0 = none. Past it: KL_ERR_INTERNAL
+    kl_status err;        /* set by the pool: KL_OK or the P6 answer */
+    uint64_t deadline_ns; /* monotonic; 0 = none. Past it: KL_E_INTERNAL
                              without running the crypto (P6 shedding); a
                              token key's wait for a session ends there */
     /* NULL, or set (by the submitter, any time) when nobody waits for the
      * answer any more - the client has gone: the job is then answered
-     * KL_ERR_INTERNAL without running. Must stay valid until
+     * KL_E_INTERNAL without running. Must stay valid until
      * the done callback. */
     const _Atomic bool *abandoned;
     kl_job_done_fn done;
@@ -100,7 +100,7 @@ extern const kl_pool_opts kl_pool_defaults;
 kl_pool *kl_pool_new(const kl_pool_opts *opts);
 /* Stops the workers after the queued jobs ran (their done callbacks run).
  * A blocking worker still in a token call after opts.stop_grace_ms is left
- * running (detached, logged) and its job answered KL_ERR_INTERNAL; the pool's
+ * running (detached, logged) and its job answered KL_E_INTERNAL; the pool's
  * memory is then not freed, since that thread will still use it when its
  * call returns (the process is exiting). */
 void kl_pool_free(kl_pool *p);
@@ -112,7 +112,7 @@ void kl_pool_free(kl_pool *p);
 void kl_pool_set_blocking_workers(kl_pool *p, int n);
 
 /* Runs a job on the calling thread, with the same rules as a worker
- * (abandoned or past its deadline: KL_ERR_INTERNAL without the crypto;
+ * (abandoned or past its deadline: KL_E_INTERNAL without the crypto;
  * started_ns, out_len and err set; the class's execution-time average
  * updated), but does NOT call job->done: the caller has the result when it
  * returns. For fast-class jobs run inline on a shard; never for

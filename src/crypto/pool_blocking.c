@@ -60,7 +60,7 @@ static void run_blocking(kl_pool *p, bslot *slot, kl_job *job)
     pthread_mutex_unlock(&p->mu);
 
     size_t out_len = 0;
-    uint8_t err = KL_ERR_INTERNAL; /* P6 shedding: no crypto for the late */
+    kl_status err = KL_E_INTERNAL; /* P6 shedding: no crypto for the late */
     uint64_t started = kl_now_ns();
     if (!deadline || started <= deadline) {
         atomic_fetch_add_explicit(&p->blk.busy, 1, memory_order_relaxed);
@@ -182,7 +182,7 @@ void kl_pool_set_blocking_workers(kl_pool *p, int n)
 
 /* Called with the lock held at shutdown, once the grace period is over:
  * answers the jobs of blocking workers still stuck in a token call and the
- * blocking jobs still queued (KL_ERR_INTERNAL, P6), so that their owners can
+ * blocking jobs still queued (KL_E_INTERNAL, P6), so that their owners can
  * free them; the stuck workers' late results are dropped, and the key
  * stores they use are kept (never released: the process is exiting, and
  * freeing a store could unload the module under the call). */

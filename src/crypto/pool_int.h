@@ -173,7 +173,7 @@ void kl_pool_watchdog_stop(kl_pool *p);
 static inline void kl_pool_answer_late(kl_job *job)
 {
     job->out_len = 0;
-    job->err = KL_ERR_INTERNAL; /* P6: not done by its deadline */
+    job->err = KL_E_INTERNAL; /* P6: not done by its deadline */
     job->done(job);
 }
 

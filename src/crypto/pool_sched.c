@@ -99,7 +99,7 @@ static uint64_t thread_cpu_ns(void)
     return kl_timespec_to_ns(&ts);
 }
 
-/* Runs job's crypto on this thread, or answers it KL_ERR_INTERNAL at once
+/* Runs job's crypto on this thread, or answers it KL_E_INTERNAL at once
  * (shed); sets out_len, err and started_ns. */
 static void exec_job(kl_pool *p, kl_cost_class cls, kl_job *job)
 {
@@ -110,7 +110,7 @@ static void exec_job(kl_pool *p, kl_cost_class cls, kl_job *job)
     if ((job->abandoned &&
          atomic_load_explicit(job->abandoned, memory_order_relaxed)) ||
         (job->deadline_ns && kl_now_ns() > job->deadline_ns)) {
-        job->err = KL_ERR_INTERNAL;
+        job->err = KL_E_INTERNAL;
     } else {
         job->started_ns = kl_now_ns();
         /* CPU time, not wall time: a worker preempted for a time slice

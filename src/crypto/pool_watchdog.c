@@ -3,7 +3,7 @@
  * call cannot be interrupted, and an HSM may stall for seconds. So a
  * blocking job is answered at its deadline even when its token call has not
  * returned: a watchdog thread answers the jobs whose deadline passed,
- * running or queued, with KL_ERR_INTERNAL (P6), while the worker keeps
+ * running or queued, with KL_E_INTERNAL (P6), while the worker keeps
  * blocking (pool_blocking.c says why that is race-free). It is started with
  * the first blocking worker and stopped last, after the blocking workers:
  * it still answers, at their deadline, the jobs of those stuck in a token

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-static kl_disp error(uint8_t err)
+static kl_disp error(kl_status err)
 {
     return (kl_disp){KL_DISP_ERROR, err};
 }
@@ -14,30 +14,30 @@ kl_disp kl_dispatch_decide(kl_status parse_status, const kl_request *req)
      * id; the header length kept the stream in sync, so the connection
      * stays. */
     if (parse_status != KL_OK)
-        return error(KL_ERR_FORMAT);
+        return error(KL_E_FORMAT);
     switch (kl_op_classify(req->opcode)) {
     case KL_OPC_PING:
         /* P8: pings are answered cheaply, without touching keys. */
-        return (kl_disp){KL_DISP_PONG, KL_ERR_NONE};
-    case KL_OPC_RESPONSE_ONLY: return error(KL_ERR_UNEXPECTED_OPCODE); /* P4 */
+        return (kl_disp){KL_DISP_PONG, KL_OK};
+    case KL_OPC_RESPONSE_ONLY: return error(KL_E_UNEXPECTED_OPCODE); /* P4 */
     case KL_OPC_INVALID:
     case KL_OPC_CUSTOM:
         /* P4: unknown opcodes (0x00 and a missing opcode included) and an
          * unconfigured custom function are `bad opcode`. */
-        return error(KL_ERR_BAD_OPCODE);
+        return error(KL_E_BAD_OPCODE);
     case KL_OPC_SEAL:
     case KL_OPC_RPC:
-        return error(KL_ERR_INTERNAL); /* P6: no sealer / RPC configured */
+        return error(KL_E_INTERNAL); /* P6: no sealer / RPC configured */
     case KL_OPC_RSA:
     case KL_OPC_RSA_PSS:
     case KL_OPC_ECDSA:
     case KL_OPC_ED25519:
         /* P6/P7: a missing or all-zero SKI is `internal error`. */
         if (!kl_request_ski_valid(req))
-            return error(KL_ERR_INTERNAL);
-        return (kl_disp){KL_DISP_KEY_OP, KL_ERR_NONE};
+            return error(KL_E_INTERNAL);
+        return (kl_disp){KL_DISP_KEY_OP, KL_OK};
     }
-    return error(KL_ERR_BAD_OPCODE);
+    return error(KL_E_BAD_OPCODE);
 }
 
 /* {"deadline_ms":N}, N a JSON integer of at most 10 digits (no sign, no

@@ -9,14 +9,14 @@
 #include "keyless/protocol.h"
 
 typedef enum kl_disp_kind {
-    KL_DISP_ERROR,  /* answer an error response with .err */
+    KL_DISP_ERROR,  /* answer the error response of .err */
     KL_DISP_PONG,   /* answer a pong with the request's payload */
     KL_DISP_KEY_OP, /* look the SKI up; run the operation on a worker */
 } kl_disp_kind;
 
 typedef struct kl_disp {
     kl_disp_kind kind;
-    uint8_t err; /* P6 code for KL_DISP_ERROR */
+    kl_status err; /* KL_DISP_ERROR: the P6 answer's status */
 } kl_disp;
 
 /* parse_status is kl_request_parse()'s result; req is read only when it is

@@ -315,10 +315,16 @@ bool kl_conn_done_draining(kl_conn *c);
 /* request.c */
 void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
                             const uint8_t *body, size_t len);
-/* Queues an error response (protocol P6), logged (rate-limited) with the
- * request id and detail. */
-void kl_conn_answer_error(kl_conn *c, uint32_t id, uint8_t err,
+/* Queues the error response (protocol P6) that answers err, logged
+ * (rate-limited) with the request id and detail. */
+void kl_conn_answer_error(kl_conn *c, uint32_t id, kl_status err,
                           const char *request_id, const char *detail);
+/* The P6 text that names the answer of err in logs, traces and metrics
+ * (docs/PROTOCOL.md P6: the reference's texts). */
+static inline const char *kl_status_label(kl_status err)
+{
+    return kl_err_text(kl_status_to_p6(err));
+}
 
 /* metrics_glue.c. Every call accepts s->obs.mx == NULL. */
 /* keylessd_connections{state}: c moves to state `to`. */
@@ -327,7 +333,7 @@ void kl_conn_set_state(kl_conn *c, kl_conn_state to);
 void kl_mx_request_read(kl_shard *s, uint8_t opcode);
 /* A request got its answer (or was dropped with its connection): in
  * flight - 1, and the exec and total histograms. */
-void kl_mx_request_done(kl_shard *s, uint8_t opcode, uint8_t err,
+void kl_mx_request_done(kl_shard *s, uint8_t opcode, kl_status err,
                         uint64_t t0_ns, uint64_t exec_ns);
 /* The monotonic clock when metrics are on, else 0 (no clock read). */
 uint64_t kl_mx_now(const kl_shard *s);
@@ -353,11 +359,11 @@ void kl_mx_key_lookup(kl_shard *s, const kl_req_trace *rt, uint64_t tk,
 void kl_tr_request_read_(kl_conn *c, kl_req_trace *rt, const kl_request *req,
                          const kl_req_context *ctx, uint64_t t0_ns);
 void kl_tr_job_attach_(kl_shard *s, const kl_req_trace *rt, kl_srv_job *j);
-void kl_tr_request_end_(kl_conn *c, const kl_req_trace *rt, int err);
+void kl_tr_request_end_(kl_conn *c, const kl_req_trace *rt, kl_status err);
 /* A forwarded request came back (routed.c): its route span (sent -> done,
  * id route_span) and its server span. */
 void kl_tr_routed_spans(kl_shard *s, const kl_conn *c, const kl_trace_ref *ref,
-                        uint64_t route_span, uint8_t opcode, uint8_t err,
+                        uint64_t route_span, uint8_t opcode, kl_status err,
                         uint64_t t0, uint64_t sent, uint64_t done,
                         const char *rid);
 /* A request parsed (after its tag 0x16): decides whether it is traced
@@ -377,25 +383,23 @@ static inline void kl_tr_job_attach(kl_shard *s, const kl_req_trace *rt,
     if (s->obs.tr)
         kl_tr_job_attach_(s, rt, j);
 }
-/* The request rt was handled: err is its P6 code when it was answered at
- * once (its server span ends now), negative when a job or the router
- * answers later. */
+/* The request rt was answered at once with err (its server span ends
+ * now); a job or the router ends the span of one answered later. */
 static inline void kl_tr_request_end(kl_conn *c, const kl_req_trace *rt,
-                                     int err)
+                                     kl_status err)
 {
     if (c->shard->obs.tr)
         kl_tr_request_end_(c, rt, err);
 }
 
 /* routed.c: requests for keys held elsewhere (docs/ROUTING.md) */
-/* Forwards req through the server's router; answered later through the
- * shard's completion queue (KL_ROUTED_LATER). Counted in flight like a
- * crypto job. A request refused here (access lists, out of memory) is
- * answered at once and its P6 code returned, for the request metrics. */
-#define KL_ROUTED_LATER (-1)
-int kl_routed_submit(kl_conn *c, const kl_request *req,
-                     const kl_req_context *ctx, const kl_req_trace *rt,
-                     uint64_t t0_ns);
+/* Forwards req through the server's router: KL_OK, answered later through
+ * the shard's completion queue and counted in flight like a crypto job. A
+ * request refused here (access lists, out of memory) is answered at once
+ * and the status of its answer returned, for the request metrics. */
+kl_status kl_routed_submit(kl_conn *c, const kl_request *req,
+                           const kl_req_context *ctx, const kl_req_trace *rt,
+                           uint64_t t0_ns);
 /* On the shard: a forwarded request came back through the queue. */
 void kl_routed_complete(kl_shard *s, kl_job *j);
 /* After the shard stopped (kl_shard_destroy): frees it unanswered. */

@@ -54,7 +54,7 @@ void kl_mx_request_read(kl_shard *s, uint8_t opcode)
     kl_metrics_inflight_add(s->obs.mx, 1);
 }
 
-void kl_mx_request_done(kl_shard *s, uint8_t opcode, uint8_t err,
+void kl_mx_request_done(kl_shard *s, uint8_t opcode, kl_status err,
                         uint64_t t0_ns, uint64_t exec_ns)
 {
     if (!s->obs.mx)
@@ -223,23 +223,24 @@ static void tr_span(kl_span *sp, const kl_trace_ref *ref, const char *name,
 
 /* The server span of a request answered with err. */
 static void tr_server_span(kl_shard *s, const kl_conn *c,
-                           const kl_trace_ref *ref, uint8_t opcode, uint8_t err,
-                           uint64_t t0, const char *rid)
+                           const kl_trace_ref *ref, uint8_t opcode,
+                           kl_status err, uint64_t t0, const char *rid)
 {
     kl_span sp;
     tr_span(&sp, ref, "keyless.request", KL_SPAN_SERVER, t0, kl_now_ns());
     sp.span_id = ref->span_id;
     sp.parent_id = ref->parent_id;
     kl_span_attr_str(&sp, "keyless.opcode", kl_op_name(opcode));
-    kl_span_attr_str(&sp, "keyless.error", kl_err_text(err));
+    kl_span_attr_str(&sp, "keyless.error", kl_status_label(err));
     if (rid && *rid)
         kl_span_attr_str(&sp, "keyless.request_id", rid);
     kl_span_attr_str(&sp, "keyless.client", kl_conn_peer_label(c));
     kl_span_attr_str(&sp, "net.peer.name", c->addr);
     kl_span_attr_int(&sp, "keyless.shard", s->index);
-    if (err != KL_ERR_NONE) {
+    if (err != KL_OK) {
         sp.error = true;
-        snprintf(sp.status_msg, sizeof sp.status_msg, "%s", kl_err_text(err));
+        snprintf(sp.status_msg, sizeof sp.status_msg, "%s",
+                 kl_status_label(err));
     }
     kl_trace_ring_emit(s->obs.tr, &sp);
 }
@@ -274,16 +275,17 @@ void kl_tr_job_attach_(kl_shard *s, const kl_req_trace *rt, kl_srv_job *j)
         j->job.done = kl_mx_job_done;
 }
 
-void kl_tr_request_end_(kl_conn *c, const kl_req_trace *rt, int err)
+void kl_tr_request_end_(kl_conn *c, const kl_req_trace *rt, kl_status err)
 {
-    if (rt->ref.sampled && err >= 0)
-        tr_server_span(c->shard, c, &rt->ref, rt->ref.opcode, (uint8_t)err,
-                       rt->t0, rt->rid);
+    if (rt->ref.sampled)
+        tr_server_span(c->shard, c, &rt->ref, rt->ref.opcode, err, rt->t0,
+                       rt->rid);
 }
 
 static void tr_job_spans(kl_shard *s, const kl_srv_job *j)
 {
     const kl_trace_ref *ref = &j->trace;
+    kl_status err = j->job.err;
     uint64_t queued = j->queued_ns ? j->queued_ns : j->t0_ns;
     /* the pool's own start time when it ran the job; inline jobs and jobs
      * that never ran have none */
@@ -305,20 +307,20 @@ static void tr_job_spans(kl_shard *s, const kl_srv_job *j)
         sp.span_id = kl_trace_ring_new_id(s->obs.tr);
         sp.parent_id = ref->span_id;
         kl_span_attr_str(&sp, "keyless.opcode", kl_op_name(j->job.opcode));
-        kl_span_attr_str(&sp, "keyless.error", kl_err_text(j->job.err));
-        if (j->job.err != KL_ERR_NONE) {
+        kl_span_attr_str(&sp, "keyless.error", kl_status_label(err));
+        if (err != KL_OK) {
             sp.error = true;
             snprintf(sp.status_msg, sizeof sp.status_msg, "%s",
-                     kl_err_text(j->job.err));
+                     kl_status_label(err));
         }
         kl_trace_ring_emit(s->obs.tr, &sp);
     }
-    tr_server_span(s, j->conn, ref, j->job.opcode, j->job.err, j->t0_ns,
+    tr_server_span(s, j->conn, ref, j->job.opcode, err, j->t0_ns,
                    j->request_id);
 }
 
 void kl_tr_routed_spans(kl_shard *s, const kl_conn *c, const kl_trace_ref *ref,
-                        uint64_t route_span, uint8_t opcode, uint8_t err,
+                        uint64_t route_span, uint8_t opcode, kl_status err,
                         uint64_t t0, uint64_t sent, uint64_t done,
                         const char *rid)
 {
@@ -327,10 +329,11 @@ void kl_tr_routed_spans(kl_shard *s, const kl_conn *c, const kl_trace_ref *ref,
             done ? done : kl_now_ns());
     sp.span_id = route_span;
     sp.parent_id = ref->span_id;
-    kl_span_attr_str(&sp, "keyless.error", kl_err_text(err));
-    if (err != KL_ERR_NONE) {
+    kl_span_attr_str(&sp, "keyless.error", kl_status_label(err));
+    if (err != KL_OK) {
         sp.error = true;
-        snprintf(sp.status_msg, sizeof sp.status_msg, "%s", kl_err_text(err));
+        snprintf(sp.status_msg, sizeof sp.status_msg, "%s",
+                 kl_status_label(err));
     }
     kl_trace_ring_emit(s->obs.tr, &sp);
     tr_server_span(s, c, ref, opcode, err, t0, rid);

@@ -65,11 +65,12 @@ kl_status kl_outbuf_response(kl_outbuf *o, uint32_t id, uint8_t opcode,
     return KL_OK;
 }
 
-kl_status kl_outbuf_error(kl_outbuf *o, uint32_t id, uint8_t err)
+kl_status kl_outbuf_error(kl_outbuf *o, uint32_t id, kl_status st)
 {
     size_t need = kl_response_len(1), n = 0;
     KL_GUARD(reserve(o, need));
-    KL_GUARD(kl_error_encode(o->buf + o->len, o->cap - o->len, id, err, &n));
+    KL_GUARD(kl_error_encode(o->buf + o->len, o->cap - o->len, id,
+                             kl_status_to_p6(st), &n));
     o->len += n;
     return KL_OK;
 }

@@ -40,7 +40,8 @@ void kl_outbuf_consume(kl_outbuf *o, size_t n);
 /* Appends a whole response message (P5, padding included). */
 KL_WUR kl_status kl_outbuf_response(kl_outbuf *o, uint32_t id, uint8_t opcode,
                                     const uint8_t *payload, size_t plen);
-/* Appends an error response (P6). */
-KL_WUR kl_status kl_outbuf_error(kl_outbuf *o, uint32_t id, uint8_t err);
+/* Appends the error response (P6) that answers st: the one place the
+ * server turns a status into its wire code (docs/DESIGN.md "Errors"). */
+KL_WUR kl_status kl_outbuf_error(kl_outbuf *o, uint32_t id, kl_status st);
 
 #endif

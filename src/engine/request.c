@@ -38,15 +38,15 @@ static bool may_log(kl_shard *s, uint32_t *suppressed)
     return false;
 }
 
-static void answer_error(kl_conn *c, uint32_t id, uint8_t err,
+static void answer_error(kl_conn *c, uint32_t id, kl_status err,
                          const char *request_id, const char *detail)
 {
     kl_shard *s = c->shard;
     KL_COUNT(s->st.errors);
     /* The server's own failures are warnings; what the client asked wrong
      * (unknown key, bad format) is information. */
-    int level = err == KL_ERR_INTERNAL || err == KL_ERR_CRYPTO ? KL_LOG_WARN
-                                                               : KL_LOG_INFO;
+    int level =
+        err == KL_E_INTERNAL || err == KL_E_CRYPTO ? KL_LOG_WARN : KL_LOG_INFO;
     uint32_t left_out = 0;
     if (kl_log_get_level() <= level && may_log(s, &left_out)) {
         /* the id is the client's text: no control characters in our log */
@@ -66,13 +66,13 @@ static void answer_error(kl_conn *c, uint32_t id, uint8_t err,
         kl_log_fields f = {.request_id = request_id,
                            .client = kl_conn_peer_label(c),
                            .connection = c->addr,
-                           .error = kl_err_text(err),
+                           .error = kl_status_label(err),
                            .duration_ms = -1};
         kl_logf(level, &f,
                 "connection %s (client %s): request %u%s%s%s: %s%s%s%s",
                 c->addr, kl_conn_peer_label(c), id,
                 request_id ? " (request_id " : "", request_id ? request_id : "",
-                request_id ? ")" : "", kl_err_text(err), detail ? ": " : "",
+                request_id ? ")" : "", kl_status_label(err), detail ? ": " : "",
                 detail ? detail : "", more);
     }
     if (kl_outbuf_error(&c->out, id, err) != KL_OK) {
@@ -84,7 +84,7 @@ static void answer_error(kl_conn *c, uint32_t id, uint8_t err,
     kl_shard_mark_dirty(s, c);
 }
 
-void kl_conn_answer_error(kl_conn *c, uint32_t id, uint8_t err,
+void kl_conn_answer_error(kl_conn *c, uint32_t id, kl_status err,
                           const char *request_id, const char *detail)
 {
     answer_error(c, id, err, request_id, detail);
@@ -99,8 +99,8 @@ void kl_conn_complete(kl_conn *c, kl_srv_job *j)
     kl_mx_job_complete(s, j);
     if (c->state == KL_CONN_CLOSED)
         return; /* nobody to answer; the shard frees c when inflight is 0 */
-    if (j->job.err != KL_ERR_NONE) {
-        if (j->job.err == KL_ERR_INTERNAL) {
+    if (j->job.err != KL_OK) {
+        if (j->job.err == KL_E_INTERNAL) {
             KL_COUNT(s->st.shed); /* deadline passed before it ran */
             kl_metrics_shed(s->obs.mx, KL_SHED_DEADLINE);
         }
@@ -108,7 +108,7 @@ void kl_conn_complete(kl_conn *c, kl_srv_job *j)
                      kl_op_name(j->job.opcode));
     } else if (kl_outbuf_response(&c->out, j->id, KL_OP_RESPONSE, j->job.out,
                                   j->job.out_len) != KL_OK) {
-        answer_error(c, j->id, KL_ERR_INTERNAL, j->request_id,
+        answer_error(c, j->id, KL_E_INTERNAL, j->request_id,
                      "response does not fit");
     } else {
         KL_COUNT(s->st.responses);
@@ -133,11 +133,6 @@ static void job_key_unhold(void *handle)
     kl_res_release(handle);
 }
 
-/* The P6 code of the answer given at once (KL_ERR_NONE for a pong), or
- * DEFERRED when the job path answers it - later through the completion
- * queue, or already, inline - and does its metrics. */
-#define DEFERRED (-1)
-
 /* Fast-class work runs on the shard itself when the turn's inline budget
  * allows (docs/DESIGN.md "Inline fast operations"): the hand-off
  * to a worker and back costs more CPU than an ECDSA signature. */
@@ -147,9 +142,12 @@ static bool run_inline(const kl_shard *s, const kl_srv_job *j)
            kl_shard_may_inline(s);
 }
 
-static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
-                  const kl_req_context *ctx, const kl_req_trace *rt,
-                  uint64_t t0_ns)
+/* KL_OK: the job path answers it - later through the completion queue, or
+ * already, inline - and does its metrics; else the status it was answered
+ * with at once (shed, out of memory). */
+static kl_status submit(kl_conn *c, const kl_request *req, const kl_key *key,
+                        const kl_req_context *ctx, const kl_req_trace *rt,
+                        uint64_t t0_ns)
 {
     kl_shard *s = c->shard;
     kl_server *srv = s->srv;
@@ -159,8 +157,8 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
     size_t ridlen = rid ? strlen(rid) + 1 : 0;
     kl_srv_job *j = malloc(sizeof *j + plen + outcap + ridlen);
     if (!j) {
-        answer_error(c, id, KL_ERR_INTERNAL, rid, "out of memory");
-        return KL_ERR_INTERNAL;
+        answer_error(c, id, KL_E_INTERNAL, rid, "out of memory");
+        return KL_E_INTERNAL;
     }
     memset(&j->job, 0, sizeof j->job);
     j->job.kind = KL_JOB_KEY_OP;
@@ -213,9 +211,9 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
         free(j);
         KL_COUNT(s->st.shed);
         kl_metrics_shed(s->obs.mx, KL_SHED_DEADLINE);
-        answer_error(c, id, KL_ERR_INTERNAL, rid,
+        answer_error(c, id, KL_E_INTERNAL, rid,
                      "would miss its deadline in the queue");
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     }
 
     c->inflight++;
@@ -232,7 +230,7 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
         }
         s->budget.inlined++;
         kl_shard_finish_job(s, j);
-        return DEFERRED;
+        return KL_OK;
     }
     if (async) {
         kl_async_result r = kl_shard_async_run(s, j);
@@ -244,7 +242,7 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
             kl_shard_finish_job(s, j);
         }
         if (r != KL_ASYNC_FULL)
-            return DEFERRED;
+            return KL_OK;
         /* every slot busy: a blocking worker waits for the device */
     }
     s->budget.pooled++;
@@ -257,16 +255,19 @@ static int submit(kl_conn *c, const kl_request *req, const kl_key *key,
         free(j);
         KL_COUNT(s->st.shed);
         kl_metrics_shed(s->obs.mx, KL_SHED_QUEUE_FULL);
-        answer_error(c, id, KL_ERR_INTERNAL, rid, "work queue full");
-        return KL_ERR_INTERNAL;
+        answer_error(c, id, KL_E_INTERNAL, rid, "work queue full");
+        return KL_E_INTERNAL;
     }
-    return DEFERRED;
+    return KL_OK;
 }
 
-/* *parsed: the request parsed (and was counted by opcode, *opcode). */
-static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
-                  size_t len, uint64_t t0_ns, kl_req_trace *rt, bool *parsed,
-                  uint8_t *opcode)
+/* The status of the answer given at once (KL_OK for a pong), with *later
+ * false; *later true when a job or the router answers it and does its
+ * metrics. *parsed: the request parsed (and was counted by opcode,
+ * *opcode). */
+static kl_status handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
+                        size_t len, uint64_t t0_ns, kl_req_trace *rt,
+                        bool *parsed, uint8_t *opcode, bool *later)
 {
     kl_shard *s = c->shard;
     c->last_req_ns = kl_loop_now(s->ev.loop);
@@ -306,6 +307,7 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
     if (st == KL_OK) /* tag 0x15, sampling */
         kl_tr_request_read(c, rt, &req, pctx, t0_ns);
     kl_disp d = kl_dispatch_decide(st, &req);
+    *later = false;
     switch (d.kind) {
     case KL_DISP_ERROR:
         answer_error(c, hdr->id, d.err, rid,
@@ -314,12 +316,12 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
     case KL_DISP_PONG:
         if (kl_outbuf_response(&c->out, hdr->id, KL_OP_PONG, req.payload.ptr,
                                req.payload.len) != KL_OK) {
-            answer_error(c, hdr->id, KL_ERR_INTERNAL, rid, "pong too large");
-            return KL_ERR_INTERNAL;
+            answer_error(c, hdr->id, KL_E_INTERNAL, rid, "pong too large");
+            return KL_E_INTERNAL;
         }
         KL_COUNT(s->st.responses);
         kl_shard_mark_dirty(s, c);
-        return KL_ERR_NONE;
+        return KL_OK;
     case KL_DISP_KEY_OP: {
         kl_shard_sync(s); /* a reload may have replaced the store */
         uint64_t tk = kl_mx_now(s);
@@ -329,8 +331,9 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
         /* a key held elsewhere is forwarded (routed.c) */
         if (!key && s->srv->o.router &&
             kl_router_has_key(s->srv->o.router, req.ski)) {
-            int err = kl_routed_submit(c, &req, pctx, rt, t0_ns);
-            return err == KL_ROUTED_LATER ? DEFERRED : err;
+            kl_status err = kl_routed_submit(c, &req, pctx, rt, t0_ns);
+            *later = err == KL_OK;
+            return err;
         }
         /* a key the access lists refuse this client is answered
          * as if it did not exist (acl.h); the log line says why. */
@@ -343,14 +346,16 @@ static int handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
                 KL_COUNT(s->st.acl_refused);
                 strcat(hex, ": refused by the access lists");
             }
-            answer_error(c, hdr->id, KL_ERR_KEY_NOT_FOUND, rid, hex);
-            return KL_ERR_KEY_NOT_FOUND;
+            answer_error(c, hdr->id, KL_E_KEY_NOT_FOUND, rid, hex);
+            return KL_E_KEY_NOT_FOUND;
         }
         /* not submitted: answered at once (shed, out of memory) */
-        return submit(c, &req, key, pctx, rt, t0_ns);
+        kl_status err = submit(c, &req, key, pctx, rt, t0_ns);
+        *later = err == KL_OK;
+        return err;
     }
     }
-    return KL_ERR_INTERNAL;
+    return KL_E_INTERNAL;
 }
 
 void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
@@ -363,9 +368,13 @@ void kl_conn_handle_request(kl_conn *c, const kl_header *hdr,
     uint8_t opcode;
     kl_req_trace rt; /* the request's trace state (kl_tr_request_read) */
     rt.ref.sampled = false;
-    int err = handle(c, hdr, body, len, t0, &rt, &parsed, &opcode);
+    bool later;
+    kl_status err =
+        handle(c, hdr, body, len, t0, &rt, &parsed, &opcode, &later);
+    if (later)
+        return; /* its job or the router ends the metrics and the span */
     /* answered at once: exec = total */
-    if (err != DEFERRED && parsed)
-        kl_mx_request_done(s, opcode, (uint8_t)err, t0, UINT64_MAX);
-    kl_tr_request_end(c, &rt, err); /* DEFERRED: its job ends the span */
+    if (parsed)
+        kl_mx_request_done(s, opcode, err, t0, UINT64_MAX);
+    kl_tr_request_end(c, &rt, err);
 }

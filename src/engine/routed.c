@@ -58,7 +58,7 @@ static void unlink_rjob(kl_srv_rjob *rj)
 /* On the router thread: keep the answer and hand the request back to its
  * shard (as kl_shard_job_done does for crypto jobs), marking it finished
  * in the same critical section. */
-static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
+static void rjob_done(void *arg, kl_status err, const uint8_t *payload,
                       size_t len)
 {
     kl_srv_rjob *rj = arg;
@@ -67,13 +67,13 @@ static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
     rj->job.err = err;
     rj->job.out = NULL;
     rj->job.out_len = 0;
-    if (err == KL_ERR_NONE && len) {
+    if (err == KL_OK && len) {
         rj->job.out = malloc(len);
         if (rj->job.out) {
             memcpy(rj->job.out, payload, len);
             rj->job.out_len = len;
         } else {
-            rj->job.err = KL_ERR_INTERNAL;
+            rj->job.err = KL_E_INTERNAL;
         }
     }
     kl_shard *s = rj->job.owner;
@@ -94,9 +94,9 @@ static void rjob_done(void *arg, uint8_t err, const uint8_t *payload,
  * key it may not use wherever the key lives (and nothing of the request
  * leaves this server). Here the key exists only as its SKI, which is what
  * kl_acl_allows_ski judges (`ski:` and "*" rules can name it). */
-int kl_routed_submit(kl_conn *c, const kl_request *req,
-                     const kl_req_context *ctx, const kl_req_trace *rt,
-                     uint64_t t0_ns)
+kl_status kl_routed_submit(kl_conn *c, const kl_request *req,
+                           const kl_req_context *ctx, const kl_req_trace *rt,
+                           uint64_t t0_ns)
 {
     kl_shard *s = c->shard;
     kl_server *srv = s->srv;
@@ -108,14 +108,14 @@ int kl_routed_submit(kl_conn *c, const kl_request *req,
         kl_ski_hex(req->ski, hex);
         strcat(hex, ": refused by the access lists");
         KL_COUNT(s->st.acl_refused);
-        kl_conn_answer_error(c, req->hdr.id, KL_ERR_KEY_NOT_FOUND, rid, hex);
-        return KL_ERR_KEY_NOT_FOUND;
+        kl_conn_answer_error(c, req->hdr.id, KL_E_KEY_NOT_FOUND, rid, hex);
+        return KL_E_KEY_NOT_FOUND;
     }
     kl_srv_rjob *rj = calloc(1, sizeof *rj);
     if (!rj) {
-        kl_conn_answer_error(c, req->hdr.id, KL_ERR_INTERNAL, rid,
+        kl_conn_answer_error(c, req->hdr.id, KL_E_INTERNAL, rid,
                              "out of memory forwarding");
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     }
     rj->job.kind = KL_JOB_ROUTED; /* its key is elsewhere: job.key NULL */
     rj->job.owner = s;
@@ -155,26 +155,25 @@ int kl_routed_submit(kl_conn *c, const kl_request *req,
         c->inflight--;
         atomic_fetch_sub(&srv->inflight, 1);
         free(rj);
-        kl_conn_answer_error(c, req->hdr.id, KL_ERR_INTERNAL, rid,
+        kl_conn_answer_error(c, req->hdr.id, KL_E_INTERNAL, rid,
                              "out of memory forwarding");
-        return KL_ERR_INTERNAL;
+        return KL_E_INTERNAL;
     }
-    return KL_ROUTED_LATER;
+    return KL_OK;
 }
 
 /* The log line's detail for a forwarded request answered with an error
  * (the router's outcomes, router.h; the error itself is logged and
  * counted by its P6 name). */
-static const char *routed_why(uint8_t err)
+static const char *routed_why(kl_status err)
 {
-    switch (err) {
-    case KL_ERR_REMOTE_CONFIG:
+    switch ((int)err) { /* named P6 statuses: core/status.h */
+    case KL_E_REMOTE_CONFIG:
         return "forwarding: no route could serve it (region policy, hop "
                "limit, or every remote tried failed)";
-    case KL_ERR_KEY_NOT_FOUND:
+    case KL_E_KEY_NOT_FOUND:
         return "forwarding: no remote key server knows the key";
-    case KL_ERR_INTERNAL:
-        return "forwarding: deadline passed, shed or cancelled";
+    case KL_E_INTERNAL: return "forwarding: deadline passed, shed or cancelled";
     default: return "forwarded: the remote key server's answer";
     }
 }
@@ -186,20 +185,21 @@ void kl_routed_complete(kl_shard *s, kl_job *j)
     unlink_rjob(rj);
     c->inflight--;
     atomic_fetch_sub(&s->srv->inflight, 1);
+    kl_status err = j->err;
     /* exec: the remote path, from the hand-over to the router's answer */
-    kl_mx_request_done(s, j->opcode, j->err, rj->t0_ns,
+    kl_mx_request_done(s, j->opcode, err, rj->t0_ns,
                        rj->done_ns > rj->sent_ns ? rj->done_ns - rj->sent_ns
                                                  : 0);
     if (rj->trace.sampled)
-        kl_tr_routed_spans(s, c, &rj->trace, rj->route_span, j->opcode, j->err,
+        kl_tr_routed_spans(s, c, &rj->trace, rj->route_span, j->opcode, err,
                            rj->t0_ns, rj->sent_ns, rj->done_ns, rj->request_id);
     if (c->state != KL_CONN_CLOSED) {
         const char *rid = rj->request_id[0] ? rj->request_id : NULL;
-        if (j->err != KL_ERR_NONE) {
-            kl_conn_answer_error(c, rj->id, j->err, rid, routed_why(j->err));
+        if (err != KL_OK) {
+            kl_conn_answer_error(c, rj->id, err, rid, routed_why(err));
         } else if (kl_outbuf_response(&c->out, rj->id, KL_OP_RESPONSE, j->out,
                                       j->out_len) != KL_OK) {
-            kl_conn_answer_error(c, rj->id, KL_ERR_INTERNAL, rid,
+            kl_conn_answer_error(c, rj->id, KL_E_INTERNAL, rid,
                                  "remote response does not fit");
         } else {
             KL_COUNT(s->st.responses);

@@ -111,7 +111,7 @@ static void access_line(const kl_srv_job *sj)
 void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj)
 {
     double rate = s->srv->o.access_log_sample_rate;
-    if (rate > 0 && sj->job.err == KL_ERR_NONE && access_sampled(rate))
+    if (rate > 0 && sj->job.err == KL_OK && access_sampled(rate))
         access_line(sj);
     kl_conn_complete(sj->conn, sj);
     kl_pin_put(s, sj->pin);

@@ -119,7 +119,8 @@ extern const char *const mx_http_close_names[MX_HTTP_CLOSES];
  * METHOD SP TARGET SP HTTP/1.x (http.c). */
 bool mx_http_request_line(char *head, char **method, char **path);
 int mx_type_index(uint8_t opcode);
-int mx_err_index(uint8_t err);
+/* The label slot of a request answered with err: its P6 code's. */
+int mx_err_index(kl_status err);
 const char *mx_err_label(int err_index);
 /* Index of the bucket an observation falls in (KL_METRICS_BUCKETS: +Inf). */
 int mx_bucket_index(uint64_t ns);

@@ -87,9 +87,12 @@ int mx_type_index(uint8_t opcode)
 
 _Static_assert(KL_ERR_MAX + 2 == MX_ERRS, "one slot per P6 code + unknown");
 
-int mx_err_index(uint8_t err)
+int mx_err_index(kl_status err)
 {
-    return err <= KL_ERR_MAX ? err : MX_ERRS - 1;
+    if (err == KL_OK) /* most answers: no call on the request path */
+        return 0;
+    uint8_t code = kl_status_to_p6(err);
+    return code <= KL_ERR_MAX ? code : MX_ERRS - 1;
 }
 
 const char *mx_err_label(int err_index)

@@ -116,12 +116,13 @@ kl_metrics_local *kl_metrics_local_new(kl_metrics *m, int shard);
 /* keyless_requests{opcode}: once per request read, before any work. */
 void kl_metrics_request(kl_metrics_local *l, uint8_t opcode);
 /* keyless_request_exec_duration_per_opcode{error,type}: the operation
- * itself, queue wait excluded. err is the P6 code (0 = no error). */
-void kl_metrics_exec_time(kl_metrics_local *l, uint8_t opcode, uint8_t err,
+ * itself, queue wait excluded. err: the status of the answer (KL_OK, or
+ * the P6 error it was answered with; the label is that error's text). */
+void kl_metrics_exec_time(kl_metrics_local *l, uint8_t opcode, kl_status err,
                           uint64_t ns);
 /* keyless_request_total_duration_per_opcode{error,type}: request read to
  * response handed to the connection. */
-void kl_metrics_total_time(kl_metrics_local *l, uint8_t opcode, uint8_t err,
+void kl_metrics_total_time(kl_metrics_local *l, uint8_t opcode, kl_status err,
                            uint64_t ns);
 /* keyless_key_load_duration: the key lookup of a signing or decrypting
  * request (the reference records it for those opcodes only). */

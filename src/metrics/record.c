@@ -70,14 +70,14 @@ void kl_metrics_request(kl_metrics_local *l, uint8_t opcode)
         BUMP(&l->requests[opcode], 1);
 }
 
-void kl_metrics_exec_time(kl_metrics_local *l, uint8_t opcode, uint8_t err,
+void kl_metrics_exec_time(kl_metrics_local *l, uint8_t opcode, kl_status err,
                           uint64_t ns)
 {
     if (l)
         observe(&l->exec[mx_type_index(opcode)][mx_err_index(err)], ns);
 }
 
-void kl_metrics_total_time(kl_metrics_local *l, uint8_t opcode, uint8_t err,
+void kl_metrics_total_time(kl_metrics_local *l, uint8_t opcode, kl_status err,
                            uint64_t ns)
 {
     if (l)

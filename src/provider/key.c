@@ -196,13 +196,13 @@ static int run_fallback(klp_key *k, uint8_t op, const uint8_t *in, size_t inlen,
     const kl_key *key = fallback_key(k);
     if (!key)
         return 0;
-    uint8_t e = kl_crypto_exec(key, op, in, inlen, out, outcap, outlen);
+    kl_status e = kl_crypto_exec(key, op, in, inlen, out, outcap, outlen);
     klp_log("no key server answered (%s: %s) for key %s: %s with the local "
             "fallback key %s",
             k->servers, kl_status_str(why), k->ski_hex,
-            e == KL_ERR_NONE ? "operation done" : "operation FAILED",
+            e == KL_OK ? "operation done" : "operation FAILED",
             k->fallback_path);
-    return e == KL_ERR_NONE;
+    return e == KL_OK;
 }
 
 int klp_key_op(klp_key *k, uint8_t op, const uint8_t *in, size_t inlen,

@@ -106,7 +106,7 @@ void kl_router_set_flush(kl_router *r, void (*fn)(void *arg), void *arg)
     pthread_mutex_unlock(&r->mu);
 }
 
-void kl_rt_finish(kl_rreq *q, uint8_t err, const uint8_t *payload, size_t len)
+void kl_rt_finish(kl_rreq *q, kl_status err, const uint8_t *payload, size_t len)
 {
     kl_router *r = q->r;
     pthread_mutex_lock(&r->mu); /* the live list: cancel and stats read it */
@@ -119,7 +119,7 @@ void kl_rt_finish(kl_rreq *q, uint8_t err, const uint8_t *payload, size_t len)
     q->live_prev = q->live_next = NULL;
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_sub(&r->nlive, 1);
-    if (err == KL_ERR_NONE)
+    if (err == KL_OK)
         KL_RT_INC(r, answered);
     q->done(q->arg, err, payload, len);
     hold_answer(r, q);
@@ -137,13 +137,13 @@ static void give_up(kl_rreq *q)
     kl_router *r = q->r;
     if (q->attempts && q->not_found == q->attempts) {
         KL_RT_INC(r, not_found); /* every remote asked said so */
-        kl_rt_finish(q, KL_ERR_KEY_NOT_FOUND, NULL, 0);
+        kl_rt_finish(q, KL_E_KEY_NOT_FOUND, NULL, 0);
         return;
     }
     if (!q->attempts)
         KL_RT_INC(r, no_route);
     /* protocol P6: no healthy route could serve it */
-    kl_rt_finish(q, KL_ERR_REMOTE_CONFIG, NULL, 0);
+    kl_rt_finish(q, KL_E_REMOTE_CONFIG, NULL, 0);
 }
 
 /* ---- attempts ---------------------------------------------------------- */
@@ -159,7 +159,7 @@ void kl_rt_attempt_failed(kl_rreq *q)
     pthread_mutex_unlock(&r->mu);
     if (cancelled) {
         KL_RT_INC(r, cancelled);
-        kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+        kl_rt_finish(q, KL_E_INTERNAL, NULL, 0);
         return;
     }
     q->rm->failed++;
@@ -174,7 +174,7 @@ void kl_rt_next_attempt(kl_rreq *q)
     if (now >= q->deadline_ns) {
         KL_RT_INC(r, expired);
         /* P6: a passed deadline is answered `internal error` */
-        kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+        kl_rt_finish(q, KL_E_INTERNAL, NULL, 0);
         return;
     }
     const kl_rt_key *k = kl_rt_find(r->table, q->spec.ski);
@@ -182,8 +182,7 @@ void kl_rt_next_attempt(kl_rreq *q)
         /* the table changed under it: no server has the key any more */
         if (!q->attempts)
             KL_RT_INC(r, not_found);
-        kl_rt_finish(q,
-                     q->attempts ? KL_ERR_REMOTE_CONFIG : KL_ERR_KEY_NOT_FOUND,
+        kl_rt_finish(q, q->attempts ? KL_E_REMOTE_CONFIG : KL_E_KEY_NOT_FOUND,
                      NULL, 0);
         return;
     }
@@ -218,7 +217,7 @@ void kl_rt_next_attempt(kl_rreq *q)
             pthread_mutex_unlock(&r->mu);
             kl_trace_attempt_end(r->o.tracer, &q->tra, "cancelled", true);
             KL_RT_INC(r, cancelled);
-            kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+            kl_rt_finish(q, KL_E_INTERNAL, NULL, 0);
             return;
         }
         kl_status st =
@@ -263,7 +262,7 @@ static void on_answer(void *arg, const kl_result *res)
                          res->status != KL_OK || res->opcode == KL_OP_ERROR);
     if (cancelled) {
         KL_RT_INC(r, cancelled);
-        kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+        kl_rt_finish(q, KL_E_INTERNAL, NULL, 0);
         return;
     }
     if (res->status != KL_OK) {
@@ -282,17 +281,20 @@ static void on_answer(void *arg, const kl_result *res)
     rm->up = true;
     kl_remote_sample2(rm, res->elapsed_ns, wait_ns);
     if (res->opcode == KL_OP_RESPONSE) {
-        kl_rt_finish(q, KL_ERR_NONE, res->payload, res->payload_len);
+        kl_rt_finish(q, KL_OK, res->payload, res->payload_len);
         return;
     }
-    uint8_t err = res->opcode == KL_OP_ERROR ? res->error : KL_ERR_INTERNAL;
-    switch (err) {
-    case KL_ERR_KEY_NOT_FOUND: /* a stale table there: ask the next one */
+    /* the remote's wire code becomes a status here, the decoding boundary
+     * (docs/DESIGN.md "Errors"); any code comes back out unchanged */
+    kl_status err = res->opcode == KL_OP_ERROR ? kl_status_from_p6(res->error)
+                                               : KL_E_INTERNAL;
+    switch ((int)err) {      /* named P6 statuses: core/status.h */
+    case KL_E_KEY_NOT_FOUND: /* a stale table there: ask the next one */
         q->not_found++;
         kl_rt_next_attempt(q);
         return;
-    case KL_ERR_INTERNAL:      /* shed or out of time there */
-    case KL_ERR_REMOTE_CONFIG: /* no route from there (hops, policy) */
+    case KL_E_INTERNAL:      /* shed or out of time there */
+    case KL_E_REMOTE_CONFIG: /* no route from there (hops, policy) */
         kl_rt_next_attempt(q);
         return;
     default: /* the operation's own verdict (crypto error...) */
@@ -306,18 +308,18 @@ static void start(kl_rreq *q)
     q->started = true;
     if (q->shed) { /* P6: shed fast rather than queue without bound */
         KL_RT_INC(r, expired);
-        kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+        kl_rt_finish(q, KL_E_INTERNAL, NULL, 0);
         return;
     }
     /* protocol P9: a router refuses to forward beyond the hop limit */
     if (q->hops >= (uint32_t)r->o.max_hops) {
         KL_RT_INC(r, hop_limit);
-        kl_rt_finish(q, KL_ERR_REMOTE_CONFIG, NULL, 0);
+        kl_rt_finish(q, KL_E_REMOTE_CONFIG, NULL, 0);
         return;
     }
     if (!q->spec.ski || !kl_rt_find(r->table, q->spec.ski)) {
         KL_RT_INC(r, not_found);
-        kl_rt_finish(q, KL_ERR_KEY_NOT_FOUND, NULL, 0);
+        kl_rt_finish(q, KL_E_KEY_NOT_FOUND, NULL, 0);
         return;
     }
     kl_rt_next_attempt(q);
@@ -381,7 +383,7 @@ static void on_wake(kl_loop *loop, void *arg)
             start(q);
         else if (dropped) {
             KL_RT_INC(r, cancelled);
-            kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+            kl_rt_finish(q, KL_E_INTERNAL, NULL, 0);
         }
     }
     if (stopping)
@@ -423,7 +425,7 @@ static void *router_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         if (!q)
             break;
-        kl_rt_finish(q, KL_ERR_INTERNAL, NULL, 0);
+        kl_rt_finish(q, KL_E_INTERNAL, NULL, 0);
     }
     run_flush(r); /* nothing more is held */
     pthread_mutex_lock(&r->mu);
@@ -574,7 +576,7 @@ void kl_router_free(kl_router *r)
         kl_rreq *q = r->inbox_head;
         r->inbox_head = q->inbox_next;
         if (q->done)
-            q->done(q->arg, KL_ERR_INTERNAL, NULL, 0);
+            q->done(q->arg, KL_E_INTERNAL, NULL, 0);
         free(q);
     }
     run_flush(r);

@@ -111,13 +111,14 @@ typedef struct kl_route_req {
 } kl_route_req;
 
 /* Called exactly once per routed request, on the router thread: err is
- * KL_ERR_NONE with the remote's response payload, or a P6 code (the
- * remote's own answer, KL_ERR_REMOTE_CONFIG when no route could serve it,
- * KL_ERR_KEY_NOT_FOUND when no remote knows the key, KL_ERR_INTERNAL when
- * the deadline passed or the request was cancelled). payload is valid
- * during the call only. */
-typedef void (*kl_route_done_fn)(void *arg, uint8_t err, const uint8_t *payload,
-                                 size_t len);
+ * KL_OK with the remote's response payload, or the status of the P6
+ * answer (core/status.h): the remote's own answer (kl_status_from_p6 of
+ * its code), KL_E_REMOTE_CONFIG when no route could serve it,
+ * KL_E_KEY_NOT_FOUND when no remote knows the key, KL_E_INTERNAL when the
+ * deadline passed or the request was cancelled. payload is valid during
+ * the call only. */
+typedef void (*kl_route_done_fn)(void *arg, kl_status err,
+                                 const uint8_t *payload, size_t len);
 
 typedef struct kl_route_handle {
     void *req; /* private */
@@ -129,7 +130,7 @@ typedef struct kl_route_handle {
 KL_WUR kl_status kl_router_new(const kl_router_opts *opts, kl_router **out,
                                char *err, size_t errlen);
 /* Stops the thread; requests still in flight complete with
- * KL_ERR_INTERNAL before it returns. */
+ * KL_E_INTERNAL before it returns. */
 void kl_router_free(kl_router *r);
 
 /* Forwards a request. done runs later on the router thread (never inside
@@ -144,7 +145,7 @@ KL_WUR kl_status kl_router_route(kl_router *r, const kl_route_req *req,
                                  kl_route_handle *h);
 /* The client went away: nothing more is sent for this request (an unsent
  * attempt is dropped, a late answer is discarded). done is still called
- * once (KL_ERR_INTERNAL), so the owner frees its state in one place. Call
+ * once (KL_E_INTERNAL), so the owner frees its state in one place. Call
  * only before done has run. */
 void kl_router_cancel(kl_router *r, const kl_route_handle *h);
 

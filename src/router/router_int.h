@@ -222,7 +222,8 @@ struct kl_router {
 };
 
 /* router.c */
-void kl_rt_finish(kl_rreq *q, uint8_t err, const uint8_t *payload, size_t len);
+void kl_rt_finish(kl_rreq *q, kl_status err, const uint8_t *payload,
+                  size_t len);
 void kl_rt_next_attempt(kl_rreq *q);
 /* An attempt ended without an answer (connection lost or replaced). */
 void kl_rt_attempt_failed(kl_rreq *q);

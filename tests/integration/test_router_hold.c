@@ -25,7 +25,8 @@ typedef struct rec {
     unsigned nflush, flush_cap;
 } rec;
 
-static void on_done(void *arg, uint8_t err, const uint8_t *payload, size_t len)
+static void on_done(void *arg, kl_status err, const uint8_t *payload,
+                    size_t len)
 {
     (void)payload;
     (void)len;
@@ -34,7 +35,7 @@ static void on_done(void *arg, uint8_t err, const uint8_t *payload, size_t len)
     if (r->ndone < N)
         r->done_ms[r->ndone] = td_now_ms();
     r->ndone++;
-    r->nok += err == KL_ERR_NONE;
+    r->nok += err == KL_OK;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }

@@ -52,12 +52,13 @@ typedef struct outcome {
     double t0, ms;
 } outcome;
 
-static void on_done(void *arg, uint8_t err, const uint8_t *payload, size_t len)
+static void on_done(void *arg, kl_status err, const uint8_t *payload,
+                    size_t len)
 {
     outcome *o = arg;
     pthread_mutex_lock(o->mu);
     o->answers++;
-    o->err = err;
+    o->err = kl_status_to_p6(err); /* the byte the client would get */
     snprintf(o->from, sizeof o->from, "%.*s", (int)(len < 47 ? len : 47),
              (const char *)payload);
     o->ms = td_now_ms() - o->t0;

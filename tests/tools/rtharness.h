@@ -103,7 +103,7 @@ typedef struct rh_slot {
     kl_route_handle h;
 } rh_slot;
 
-static inline void rh_done(void *arg, uint8_t err, const uint8_t *payload,
+static inline void rh_done(void *arg, kl_status err, const uint8_t *payload,
                            size_t len)
 {
     (void)payload;
@@ -114,7 +114,7 @@ static inline void rh_done(void *arg, uint8_t err, const uint8_t *payload,
     pthread_mutex_lock(&b->mu);
     b->inflight--;
     b->done++;
-    b->by_err[err]++;
+    b->by_err[kl_status_to_p6(err)]++; /* counted by the client's byte */
     if (ms > b->max_ms)
         b->max_ms = ms;
     b->sum_ms += ms;

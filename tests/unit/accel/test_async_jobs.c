@@ -182,7 +182,7 @@ static void test_many_at_once(void **state)
     pump(a, 64, 5000);
     assert_int_equal(done_count, 64);
     for (int i = 0; i < 64; i++) {
-        assert_int_equal(ops[i].job.err, KL_ERR_NONE);
+        assert_int_equal(ops[i].job.err, KL_OK);
         assert_true(ops[i].job.started_ns > 0);
         assert_true(verifies(&ops[i]));
     }
@@ -216,9 +216,9 @@ static void test_deadline(void **state)
     assert_int_equal(kl_async_start(a, &ok.job), KL_ASYNC_PAUSED);
     pump(a, 2, 3000);
     assert_true(lost.done && ok.done);
-    assert_int_equal(ok.job.err, KL_ERR_NONE);
+    assert_int_equal(ok.job.err, KL_OK);
     assert_true(verifies(&ok));
-    assert_int_equal(lost.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(lost.job.err, KL_E_INTERNAL);
     double took = (double)(kl_now_ns() - t0) / 1e6;
     assert_true(took >= 99.0 && took < 550.0);
     assert_int_equal(holds, 1);
@@ -246,7 +246,7 @@ static void test_abandoned(void **state)
     atomic_store(&o.gone, true);
     assert_int_equal(kl_async_expire(a, kl_now_ns()), 1);
     assert_true(o.done);
-    assert_int_equal(o.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(o.job.err, KL_E_INTERNAL);
     while (kl_async_busy(a))
         pump(a, 2, 20);
     assert_int_equal(unholds, 1);
@@ -255,7 +255,7 @@ static void test_abandoned(void **state)
     prepare(&o2, rsa_key, 0);
     atomic_store(&o2.gone, true);
     assert_int_equal(kl_async_start(a, &o2.job), KL_ASYNC_DONE);
-    assert_int_equal(o2.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(o2.job.err, KL_E_INTERNAL);
     assert_int_equal(o2.job.started_ns, 0);
     kl_async_free(a);
 }
@@ -283,7 +283,7 @@ static void test_no_leak(void **state)
         assert_int_equal(done_count, 32);
         for (int i = 0; i < 32; i++) {
             answered++;
-            if (ops[i].job.err != KL_ERR_NONE)
+            if (ops[i].job.err != KL_OK)
                 errors++;
             else
                 assert_true(verifies(&ops[i]));
@@ -331,7 +331,7 @@ static void test_software_key(void **state)
     assert_int_equal(kl_async_start(a, &o.job), KL_ASYNC_DONE);
     accel_stats(&e);
     assert_int_equal(e.submitted, b.submitted);
-    assert_int_equal(o.job.err, KL_ERR_NONE);
+    assert_int_equal(o.job.err, KL_OK);
     assert_int_equal(o.job.out_len, 64);
     EVP_MD_CTX *m = EVP_MD_CTX_new();
     assert_int_equal(EVP_DigestVerifyInit(m, NULL, NULL, NULL, pk), 1);

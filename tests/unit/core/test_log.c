@@ -324,8 +324,13 @@ static void test_format_names(void **state)
     assert_int_equal(kl_log_format_parse(""), KL_LOG_TEXT);
     assert_int_equal(kl_log_format_parse(NULL), KL_LOG_TEXT);
     assert_int_equal(kl_log_format_parse("json"), KL_LOG_JSON);
-    assert_int_equal(kl_log_format_parse("JSON "), -1);
-    assert_int_equal(kl_log_format_parse("logfmt"), -1);
+    assert_true(kl_log_format_known("text"));
+    assert_true(kl_log_format_known(""));
+    assert_true(kl_log_format_known(NULL));
+    assert_true(kl_log_format_known("json"));
+    assert_false(kl_log_format_known("JSON "));
+    assert_false(kl_log_format_known("logfmt"));
+    assert_int_equal(kl_log_format_parse("logfmt"), KL_LOG_TEXT);
 }
 
 int main(void)

@@ -62,19 +62,19 @@ static unsigned slow_us(const uint8_t *in)
     return us;
 }
 
-uint8_t __real_kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
-                                       const uint8_t *payload, size_t plen,
-                                       uint8_t *out, size_t outcap,
-                                       size_t *out_len, uint64_t deadline_ns);
-uint8_t __wrap_kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
-                                       const uint8_t *payload, size_t plen,
-                                       uint8_t *out, size_t outcap,
-                                       size_t *out_len, uint64_t deadline_ns);
+kl_status __real_kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
+                                         const uint8_t *payload, size_t plen,
+                                         uint8_t *out, size_t outcap,
+                                         size_t *out_len, uint64_t deadline_ns);
+kl_status __wrap_kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
+                                         const uint8_t *payload, size_t plen,
+                                         uint8_t *out, size_t outcap,
+                                         size_t *out_len, uint64_t deadline_ns);
 
-uint8_t __wrap_kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
-                                       const uint8_t *payload, size_t plen,
-                                       uint8_t *out, size_t outcap,
-                                       size_t *out_len, uint64_t deadline_ns)
+kl_status __wrap_kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
+                                         const uint8_t *payload, size_t plen,
+                                         uint8_t *out, size_t outcap,
+                                         size_t *out_len, uint64_t deadline_ns)
 {
     unsigned us = slow_us(payload);
     if (us)

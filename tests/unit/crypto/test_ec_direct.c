@@ -34,7 +34,7 @@ static int signs(const kl_key *k, EVP_PKEY *pk, uint8_t op, const uint8_t *dg,
 {
     uint8_t sig[256];
     size_t n = 0;
-    if (kl_crypto_exec(k, op, dg, dlen, sig, sizeof sig, &n) != KL_ERR_NONE)
+    if (kl_crypto_exec(k, op, dg, dlen, sig, sizeof sig, &n) != KL_OK)
         return 0;
     return ct_verify(pk, op, dg, dlen, sig, n);
 }
@@ -118,7 +118,7 @@ static void test_vector_keys(void **state)
         assert_int_equal(kl_crypto_exec(ct_key(ks, "rsa-2048"),
                                         KL_OP_ECDSA_SIGN_SHA256, dg, 32, sig,
                                         sizeof sig, &n),
-                         KL_ERR_CRYPTO);
+                         KL_E_CRYPTO);
         EVP_PKEY_free(pub);
     }
     kl_keystore_free(ks);

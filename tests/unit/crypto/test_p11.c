@@ -110,7 +110,7 @@ static void test_ski_and_backend(void **state)
 
 static void exec_both(const char *name, uint8_t op, const uint8_t *in,
                       size_t inlen, uint8_t *fo, size_t *fl, uint8_t *ho,
-                      size_t *hl, uint8_t *ferr, uint8_t *herr)
+                      size_t *hl, kl_status *ferr, kl_status *herr)
 {
     *ferr = kl_crypto_exec(ct_key(files, name), op, in, inlen, fo, 1024, fl);
     *herr = kl_crypto_exec(token_key(name), op, in, inlen, ho, 1024, hl);
@@ -123,12 +123,12 @@ static void check_rsa(const char *name)
     EVP_PKEY *pub = ct_pubkey(name);
     uint8_t in[64], fo[1024], ho[1024];
     size_t fl, hl;
-    uint8_t fe, he;
+    kl_status fe, he;
     for (size_t i = 0; i < sizeof ops; i++) {
         ct_fill(in, lens[i], (uint8_t)i);
         exec_both(name, ops[i], in, lens[i], fo, &fl, ho, &hl, &fe, &he);
-        assert_int_equal(fe, KL_ERR_NONE);
-        assert_int_equal(he, KL_ERR_NONE);
+        assert_int_equal(fe, KL_OK);
+        assert_int_equal(he, KL_OK);
         assert_int_equal(hl, fl);
         assert_memory_equal(ho, fo, fl); /* PKCS#1 v1.5 is deterministic */
         assert_true(ct_verify(pub, ops[i], in, lens[i], ho, hl));
@@ -139,17 +139,17 @@ static void check_rsa(const char *name)
         size_t out_len = 0;
         assert_int_equal(
             kl_crypto_exec(token_key(name), op, in, n, ho, sizeof ho, &out_len),
-            KL_ERR_NONE);
+            KL_OK);
         assert_int_equal(out_len, (size_t)EVP_PKEY_get_size(pub));
         assert_true(ct_verify(pub, op, in, n, ho, out_len));
     }
     /* a digest of the wrong length, an opcode of another key type */
     assert_int_equal(
         kl_crypto_exec(token_key(name), 0x05, in, 31, ho, sizeof ho, &hl),
-        KL_ERR_CRYPTO);
+        KL_E_CRYPTO);
     assert_int_equal(
         kl_crypto_exec(token_key(name), 0x15, in, 32, ho, sizeof ho, &hl),
-        KL_ERR_CRYPTO);
+        KL_E_CRYPTO);
     EVP_PKEY_free(pub);
 }
 
@@ -159,39 +159,38 @@ static void check_decrypt(const char *name)
     size_t k = kl_crypto_max_output(fk);
     uint8_t c[1024 + 3], fo[1024], ho[1024], d[32];
     size_t fl, hl, cl;
-    uint8_t fe, he;
+    kl_status fe, he;
     /* a signature is some number below n: use it as a ciphertext */
     ct_fill(d, 32, 7);
-    assert_int_equal(kl_crypto_exec(fk, 0x05, d, 32, c + 3, 1024, &cl),
-                     KL_ERR_NONE);
+    assert_int_equal(kl_crypto_exec(fk, 0x05, d, 32, c + 3, 1024, &cl), KL_OK);
     exec_both(name, 0x01, c + 3, cl, fo, &fl, ho, &hl, &fe, &he);
-    assert_int_equal(fe, KL_ERR_NONE);
-    assert_int_equal(he, KL_ERR_NONE);
+    assert_int_equal(fe, KL_OK);
+    assert_int_equal(he, KL_OK);
     assert_int_equal(hl, k);
     assert_memory_equal(ho, fo, k);
     /* leading zero bytes are allowed (P4) */
     memset(c, 0, 3);
     exec_both(name, 0x01, c, cl + 3, fo, &fl, ho, &hl, &fe, &he);
-    assert_int_equal(he, KL_ERR_NONE);
+    assert_int_equal(he, KL_OK);
     assert_memory_equal(ho, fo, k);
     /* a short input is a small number: its raw block is left-padded */
     exec_both(name, 0x01, d, 8, fo, &fl, ho, &hl, &fe, &he);
-    assert_int_equal(he, KL_ERR_NONE);
+    assert_int_equal(he, KL_OK);
     assert_int_equal(hl, k);
     assert_memory_equal(ho, fo, k);
     /* c == n: zeros as the reference; c > n: crypto error */
     kl_p11_key *pk = kl_key_p11(token_key(name));
     assert_int_equal(pk->k, k);
     exec_both(name, 0x01, pk->modulus, k, fo, &fl, ho, &hl, &fe, &he);
-    assert_int_equal(fe, KL_ERR_NONE);
-    assert_int_equal(he, KL_ERR_NONE);
+    assert_int_equal(fe, KL_OK);
+    assert_int_equal(he, KL_OK);
     assert_memory_equal(ho, fo, k);
     memset(c, 0xff, k);
     exec_both(name, 0x01, c, k, fo, &fl, ho, &hl, &fe, &he);
-    assert_int_equal(fe, KL_ERR_CRYPTO);
-    assert_int_equal(he, KL_ERR_CRYPTO);
+    assert_int_equal(fe, KL_E_CRYPTO);
+    assert_int_equal(he, KL_E_CRYPTO);
     exec_both(name, 0x01, c, k + 1, fo, &fl, ho, &hl, &fe, &he);
-    assert_int_equal(he, KL_ERR_CRYPTO);
+    assert_int_equal(he, KL_E_CRYPTO);
 }
 
 static void test_rsa_2048(void **state)
@@ -221,7 +220,7 @@ static void check_ecdsa(const char *name)
         size_t n = 0;
         assert_int_equal(kl_crypto_exec(token_key(name), ops[i], in, lens[i],
                                         out, sizeof out, &n),
-                         KL_ERR_NONE);
+                         KL_OK);
         assert_true(n > 8 && n <= kl_crypto_max_output(token_key(name)));
         assert_int_equal(out[0], 0x30); /* DER, not the token's r || s */
         assert_true(ct_verify(pub, ops[i], in, lens[i], out, n));
@@ -229,7 +228,7 @@ static void check_ecdsa(const char *name)
     size_t n;
     assert_int_equal(
         kl_crypto_exec(token_key(name), 0x05, in, 32, out, sizeof out, &n),
-        KL_ERR_CRYPTO);
+        KL_E_CRYPTO);
     EVP_PKEY_free(pub);
 }
 
@@ -245,11 +244,12 @@ static void test_ed25519(void **state)
     (void)state;
     EVP_PKEY *pub = ct_pubkey("ed25519");
     const uint8_t msg[] = "the message of a TLS 1.3 CertificateVerify";
-    uint8_t fo[1024], ho[1024], fe, he;
+    uint8_t fo[1024], ho[1024];
+    kl_status fe, he;
     size_t fl, hl;
     exec_both("ed25519", 0x18, msg, sizeof msg, fo, &fl, ho, &hl, &fe, &he);
-    assert_int_equal(fe, KL_ERR_NONE);
-    assert_int_equal(he, KL_ERR_NONE);
+    assert_int_equal(fe, KL_OK);
+    assert_int_equal(he, KL_OK);
     assert_int_equal(hl, 64);
     assert_memory_equal(ho, fo, 64); /* Ed25519 is deterministic */
     assert_true(ct_verify(pub, 0x18, msg, sizeof msg, ho, hl));

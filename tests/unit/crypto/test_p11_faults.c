@@ -40,7 +40,7 @@ typedef struct rec {
     uint64_t deadline_ns;
     /* set by the done callback */
     bool done;
-    uint8_t err;
+    kl_status err;
     uint8_t out[1024];
     size_t out_len;
     uint64_t done_ns;
@@ -176,13 +176,13 @@ static void wait_stalls(unsigned long begun, unsigned long done,
  * decrypt the same raw block as the key file gives. */
 static void assert_result(const rec *r)
 {
-    assert_int_equal(r->err, KL_ERR_NONE);
+    assert_int_equal(r->err, KL_OK);
     if (r->op == KL_OP_RSA_DECRYPT) {
         uint8_t want[1024];
         size_t n = 0;
         assert_int_equal(kl_crypto_exec(file_rsa, r->op, r->in, r->in_len, want,
                                         sizeof want, &n),
-                         KL_ERR_NONE);
+                         KL_OK);
         assert_int_equal(r->out_len, n);
         assert_memory_equal(r->out, want, n);
         return;
@@ -343,7 +343,7 @@ static void test_fault_on_retry_is_an_error(void **state)
         uint64_t t0 = kl_now_ns();
         submit(&r);
         wait_all(&r, 1, 10000);
-        assert_int_equal(r.err, KL_ERR_INTERNAL);
+        assert_int_equal(r.err, KL_E_INTERNAL);
         assert_true(r.done_ns - t0 < 1000 * MS);
         assert_int_equal(stats().errors, before + 2);
         ctl("");
@@ -374,7 +374,7 @@ static void test_token_absent_then_back(void **state)
         submit(&r[i]);
     wait_all(r, 6, 5000);
     for (int i = 0; i < 6; i++) {
-        assert_int_equal(r[i].err, KL_ERR_INTERNAL);
+        assert_int_equal(r[i].err, KL_E_INTERNAL);
         assert_true(r[i].done_ns <= r[i].deadline_ns + SLACK);
     }
     /* the other token is not affected */
@@ -403,7 +403,7 @@ static void test_operation_left_active(void **state)
              i ? KL_OP_ECDSA_SIGN_SHA256 : KL_OP_RSA_SIGN_SHA256, 2000, 1);
         submit(&r);
         wait_all(&r, 1, 5000);
-        assert_int_equal(r.err, KL_ERR_INTERNAL);
+        assert_int_equal(r.err, KL_E_INTERNAL);
         ctl("");
         for (int j = 0; j < 3; j++) /* one at a time: every pooled session */
             run_ok(rsa, KL_OP_RSA_SIGN_SHA256, 1);
@@ -440,7 +440,7 @@ static void test_stall_answered_at_deadline(void **state)
     }
     wait_all(fr, NFILE, 5000);
     for (int i = 0; i < NFILE; i++) {
-        assert_int_equal(fr[i].err, KL_ERR_NONE);
+        assert_int_equal(fr[i].err, KL_OK);
         assert_true(ct_verify(pub_ec, fr[i].op, fr[i].in, 32, fr[i].out,
                               fr[i].out_len));
         assert_true(fr[i].done_ns - t0 < 300 * MS);
@@ -458,7 +458,7 @@ static void test_stall_answered_at_deadline(void **state)
 
     /* the stalled one: an error at its deadline, long before the stall ends */
     wait_all(&stalled, 1, 3000);
-    assert_int_equal(stalled.err, KL_ERR_INTERNAL);
+    assert_int_equal(stalled.err, KL_E_INTERNAL);
     assert_true(stalled.done_ns >= stalled.deadline_ns);
     assert_true(stalled.done_ns <= stalled.deadline_ns + SLACK);
     assert_int_equal(stats().stalls_done, s0.stalls_done);
@@ -495,7 +495,7 @@ static void test_stall_burst_all_answered(void **state)
         submit(&r[i]);
     wait_all(r, N, 3000);
     for (int i = 0; i < N; i++) {
-        assert_int_equal(r[i].err, KL_ERR_INTERNAL);
+        assert_int_equal(r[i].err, KL_E_INTERNAL);
         assert_true(r[i].done_ns <= r[i].deadline_ns + SLACK);
     }
     kl_p11shim_stats s1 = stats();
@@ -519,11 +519,11 @@ static void test_direct_call_waits_for_the_token(void **state)
     size_t n = 0;
     ct_fill(in, sizeof in, 9);
     uint64_t t0 = kl_now_ns();
-    uint8_t err =
+    kl_status err =
         kl_crypto_exec_deadline(rsa, KL_OP_RSA_SIGN_SHA256, in, sizeof in, out,
                                 sizeof out, &n, t0 + 200 * MS);
     uint64_t el = kl_now_ns() - t0;
-    assert_int_equal(err, KL_ERR_NONE);
+    assert_int_equal(err, KL_OK);
     assert_true(
         ct_verify(pub_rsa, KL_OP_RSA_SIGN_SHA256, in, sizeof in, out, n));
     assert_true(el >= 600 * MS);
@@ -560,7 +560,7 @@ static void test_bad_control_file(void **state)
         prep(&r, rsa, KL_OP_RSA_SIGN_SHA256, 2000, (uint8_t)i);
         submit(&r);
         wait_all(&r, 1, 5000);
-        assert_int_equal(r.err, KL_ERR_INTERNAL);
+        assert_int_equal(r.err, KL_E_INTERNAL);
         assert_true(stats().bad_ctl > before);
     }
     /* comments, blank lines, a hex code, a rule for another token */
@@ -570,7 +570,7 @@ static void test_bad_control_file(void **state)
     prep(&b, rsa_b, KL_OP_RSA_SIGN_SHA256, 2000, 5);
     submit(&b);
     wait_all(&b, 1, 5000);
-    assert_int_equal(b.err, KL_ERR_INTERNAL); /* CKR_DEVICE_ERROR (0x30) */
+    assert_int_equal(b.err, KL_E_INTERNAL); /* CKR_DEVICE_ERROR (0x30) */
     ctl("");
     run_ok(rsa_b, KL_OP_RSA_SIGN_SHA256, 1);
 }

@@ -42,14 +42,14 @@ static int teardown(void **state)
     return 0;
 }
 
-static uint8_t sign_now(uint64_t deadline_ns, uint64_t *elapsed_ns)
+static kl_status sign_now(uint64_t deadline_ns, uint64_t *elapsed_ns)
 {
     uint8_t in[32], out[512];
     size_t n;
     ct_fill(in, sizeof in, 3);
     uint64_t t0 = kl_now_ns();
-    uint8_t err = kl_crypto_exec_deadline(rsa, 0x05, in, sizeof in, out,
-                                          sizeof out, &n, deadline_ns);
+    kl_status err = kl_crypto_exec_deadline(rsa, 0x05, in, sizeof in, out,
+                                            sizeof out, &n, deadline_ns);
     if (elapsed_ns)
         *elapsed_ns = kl_now_ns() - t0;
     return err;
@@ -64,14 +64,14 @@ static void test_wait_bounded_by_deadline(void **state)
                      KL_OK);
     /* the only session is taken: a bounded wait, then an error */
     uint64_t el;
-    assert_int_equal(sign_now(kl_now_ns() + 100 * MS, &el), KL_ERR_INTERNAL);
+    assert_int_equal(sign_now(kl_now_ns() + 100 * MS, &el), KL_E_INTERNAL);
     assert_true(el >= 90 * MS && el < 1000 * MS);
     /* no deadline: the default wait, not forever */
-    assert_int_equal(sign_now(0, &el), KL_ERR_INTERNAL);
+    assert_int_equal(sign_now(0, &el), KL_E_INTERNAL);
     assert_true(el >= KL_CRYPTO_DEFAULT_WAIT_NS - 10 * MS &&
                 el < KL_CRYPTO_DEFAULT_WAIT_NS + 1000 * MS);
     kl_p11_session_put(tok, h);
-    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_ERR_NONE);
+    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_OK);
 }
 
 /* ---- many jobs on one session ---------------------------------------- */
@@ -150,13 +150,13 @@ static void test_exhaustion_under_load(void **state)
     int ok = 0, late = 0;
     for (int i = 0; i < NJOBS; i++) {
         tjob *t = &jobs[i];
-        if (t->job.err == KL_ERR_NONE) {
+        if (t->job.err == KL_OK) {
             ok++;
             assert_true(
                 ct_verify(pub, 0x05, t->in, 32, t->out, t->job.out_len));
         } else {
             late++;
-            assert_int_equal(t->job.err, KL_ERR_INTERNAL);
+            assert_int_equal(t->job.err, KL_E_INTERNAL);
         }
         /* answered by its deadline (plus one running signature) */
         assert_true(t->done_ns <= deadline + 500 * MS);
@@ -178,13 +178,13 @@ static void test_exhaustion_under_load(void **state)
     wait_done(NJOBS + 1, deadline);
     uint64_t last = 0;
     for (int i = 0; i < NJOBS; i++) {
-        assert_int_equal(jobs[i].job.err, KL_ERR_NONE);
+        assert_int_equal(jobs[i].job.err, KL_OK);
         assert_true(ct_verify(pub, 0x05, jobs[i].in, 32, jobs[i].out,
                               jobs[i].job.out_len));
         if (jobs[i].done_ns > last)
             last = jobs[i].done_ns;
     }
-    assert_int_equal(fast->job.err, KL_ERR_NONE);
+    assert_int_equal(fast->job.err, KL_OK);
     assert_true(fast->done_ns < last);
     kl_pool_free(p);
     free(jobs);
@@ -206,7 +206,7 @@ static void test_blocking_workers_start_on_demand(void **state)
     make(&t, rsa, 0x05, 32, kl_now_ns() + 10000 * MS);
     assert_int_equal(kl_pool_submit(p, &t.job), KL_OK);
     wait_done(1, kl_now_ns() + 10000 * MS);
-    assert_int_equal(t.job.err, KL_ERR_NONE);
+    assert_int_equal(t.job.err, KL_OK);
     EVP_PKEY *pub = ct_pubkey("rsa-2048");
     assert_true(ct_verify(pub, 0x05, t.in, 32, t.out, t.job.out_len));
     EVP_PKEY_free(pub);
@@ -215,7 +215,7 @@ static void test_blocking_workers_start_on_demand(void **state)
     make(&t, rsa, 0x05, 32, kl_now_ns() - 1);
     assert_int_equal(kl_pool_submit(p, &t.job), KL_OK);
     wait_done(1, kl_now_ns() + 10000 * MS);
-    assert_int_equal(t.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(t.job.err, KL_E_INTERNAL);
     kl_pool_free(p);
 }
 
@@ -231,8 +231,8 @@ static void test_session_closed_is_reopened(void **state)
                      KL_OK);
     assert_int_equal(fl->C_CloseSession(h), CKR_OK);
     kl_p11_session_put(tok, h); /* the pool now holds a dead handle */
-    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_ERR_NONE);
-    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_ERR_NONE);
+    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_OK);
+    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_OK);
 }
 
 static void test_logged_out_is_logged_in(void **state)
@@ -245,7 +245,7 @@ static void test_logged_out_is_logged_in(void **state)
                      KL_OK);
     assert_int_equal(fl->C_Logout(h), CKR_OK);
     kl_p11_session_put(tok, h);
-    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_ERR_NONE);
+    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_OK);
 }
 
 int main(void)

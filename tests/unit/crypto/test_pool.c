@@ -141,7 +141,7 @@ static void test_results_are_correct(void **state)
     wait_done(N);
     for (int i = 0; i < N; i++) {
         int k = i % 5;
-        assert_int_equal(jobs[i].job.err, KL_ERR_NONE);
+        assert_int_equal(jobs[i].job.err, KL_OK);
         if (!ct_verify(pubs[k], kinds[k].op, jobs[i].in, jobs[i].in_len,
                        jobs[i].out, jobs[i].job.out_len))
             fail_msg("job %d (%s) does not verify", i, kinds[k].key);
@@ -152,7 +152,7 @@ static void test_results_are_correct(void **state)
     make_job(&bad, ct_key(ks, "rsa-2048"), 0x05, 20, 1);
     submit(p, &bad);
     wait_done(1);
-    assert_int_equal(bad.job.err, KL_ERR_CRYPTO);
+    assert_int_equal(bad.job.err, KL_E_CRYPTO);
     assert_int_equal(bad.job.out_len, 0);
     kl_pool_free(p);
     for (int i = 0; i < 5; i++)
@@ -224,14 +224,14 @@ static void test_fast_class_isolated_from_slow(void **state)
     wait_done(26);
     uint64_t first_slow = UINT64_MAX, last_fast = 0, last_slow = 0;
     for (int i = 0; i < 6; i++) {
-        assert_int_equal(slow[i].job.err, KL_ERR_NONE);
+        assert_int_equal(slow[i].job.err, KL_OK);
         if (slow[i].done_ns < first_slow)
             first_slow = slow[i].done_ns;
         if (slow[i].done_ns > last_slow)
             last_slow = slow[i].done_ns;
     }
     for (int i = 0; i < 20; i++) {
-        assert_int_equal(fast[i].job.err, KL_ERR_NONE);
+        assert_int_equal(fast[i].job.err, KL_OK);
         uint64_t lat = fast[i].done_ns - fast[i].submit_ns;
         if (lat > 150000000ull)
             fail_msg("fast job %d took %.1f ms", i, lat / 1e6);
@@ -308,17 +308,17 @@ static void test_deadlines(void **state)
     wait_done(4);
     uint8_t aa[sizeof late.out];
     memset(aa, 0xAA, sizeof aa);
-    assert_int_equal(late.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(late.job.err, KL_E_INTERNAL);
     assert_int_equal(late.job.out_len, 0);
     assert_memory_equal(late.out, aa, sizeof aa); /* no crypto ran */
     assert_int_equal(late.job.started_ns, 0);
-    assert_int_equal(blocker.job.err, KL_ERR_NONE);
-    assert_int_equal(expires.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(blocker.job.err, KL_OK);
+    assert_int_equal(expires.job.err, KL_E_INTERNAL);
     assert_int_equal(expires.job.out_len, 0);
     assert_memory_equal(expires.out, aa, sizeof aa);
     assert_int_equal(expires.job.started_ns, 0);
     assert_true(expires.order > blocker.order);
-    assert_int_equal(ok.job.err, KL_ERR_NONE);
+    assert_int_equal(ok.job.err, KL_OK);
     assert_true(ok.job.out_len > 0);
     kl_pool_free(p);
 }
@@ -348,10 +348,10 @@ static void test_abandoned_and_estimate(void **state)
     assert_true(kl_now_ns() - t0 < 1000000000ull);
     uint8_t aa[sizeof a.out];
     memset(aa, 0xAA, sizeof aa);
-    assert_int_equal(a.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(a.job.err, KL_E_INTERNAL);
     assert_int_equal(a.job.out_len, 0);
     assert_memory_equal(a.out, aa, sizeof aa);
-    assert_int_equal(b.job.err, KL_ERR_NONE);
+    assert_int_equal(b.job.err, KL_OK);
     /* an RSA-2048 signature ran: the slow class now has a cost, the
      * blocking class never does */
     uint64_t est = kl_pool_wait_estimate(p, KL_COST_SLOW);
@@ -379,7 +379,7 @@ static void test_free_drains(void **state)
     pthread_mutex_unlock(&mu);
     assert_int_equal(n, N);
     for (int i = 0; i < N; i++)
-        assert_int_equal(jobs[i].job.err, KL_ERR_NONE);
+        assert_int_equal(jobs[i].job.err, KL_OK);
 }
 
 static void test_bad_submissions(void **state)

@@ -111,7 +111,7 @@ static void test_run_here(void **state)
     t.job.done = must_not_call;
     uint64_t before = kl_now_ns();
     kl_pool_run_here(p, &t.job);
-    assert_int_equal(t.job.err, KL_ERR_NONE);
+    assert_int_equal(t.job.err, KL_OK);
     assert_true(t.job.started_ns >= before && t.job.started_ns <= kl_now_ns());
     assert_true(ct_verify(pub, KL_OP_ECDSA_SIGN_SHA256, t.in, 32, t.out,
                           t.job.out_len));
@@ -123,7 +123,7 @@ static void test_run_here(void **state)
     t.job.done = must_not_call;
     t.job.deadline_ns = kl_now_ns() - 1;
     kl_pool_run_here(p, &t.job);
-    assert_int_equal(t.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(t.job.err, KL_E_INTERNAL);
     assert_int_equal(t.job.out_len, 0);
     assert_int_equal(t.job.started_ns, 0);
 
@@ -133,7 +133,7 @@ static void test_run_here(void **state)
     t.job.done = must_not_call;
     t.job.abandoned = &gone;
     kl_pool_run_here(p, &t.job);
-    assert_int_equal(t.job.err, KL_ERR_INTERNAL);
+    assert_int_equal(t.job.err, KL_E_INTERNAL);
     assert_int_equal(t.job.started_ns, 0);
 
     /* a future deadline does not stop it */
@@ -141,7 +141,7 @@ static void test_run_here(void **state)
     t.job.done = must_not_call;
     t.job.deadline_ns = kl_now_ns() + 5000000000ull;
     kl_pool_run_here(p, &t.job);
-    assert_int_equal(t.job.err, KL_ERR_NONE);
+    assert_int_equal(t.job.err, KL_OK);
     assert_true(ct_verify(pub, KL_OP_ECDSA_SIGN_SHA256, t.in, 32, t.out,
                           t.job.out_len));
     EVP_PKEY_free(pub);
@@ -166,7 +166,7 @@ static void test_short_slow_uses_every_worker(void **state)
     wait_done(N);
     EVP_PKEY *pub = ct_pubkey("rsa-2048");
     for (int i = 0; i < N; i++) {
-        assert_int_equal(t[i].job.err, KL_ERR_NONE);
+        assert_int_equal(t[i].job.err, KL_OK);
         if (i % 20 == 0)
             assert_true(ct_verify(pub, KL_OP_RSA_SIGN_SHA256, t[i].in, 32,
                                   t[i].out, t[i].job.out_len));
@@ -202,7 +202,7 @@ static void test_long_slow_keeps_a_worker(void **state)
     uint64_t t0 = kl_now_ns();
     assert_int_equal(kl_pool_submit(p, &fast.job), KL_OK);
     wait_done(N + 1);
-    assert_int_equal(fast.job.err, KL_ERR_NONE);
+    assert_int_equal(fast.job.err, KL_OK);
     print_message("fast job behind long slow ones: %.1f ms\n",
                   (fast.done_ns - t0) / 1e6);
     assert_true(fast.done_ns - t0 < 40000000ull); /* not behind a 50 ms one */
@@ -227,7 +227,7 @@ static void test_rsa3072_is_long(void **state)
     }
     wait_done(N);
     for (int i = 0; i < N; i++)
-        assert_int_equal(t[i].job.err, KL_ERR_NONE);
+        assert_int_equal(t[i].job.err, KL_OK);
     assert_int_equal(overlaps(t, N), 0);
     kl_pool_free(p);
 }

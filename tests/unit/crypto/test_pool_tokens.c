@@ -35,7 +35,7 @@ static void wait_stalls(unsigned long begun, unsigned long done,
 
 typedef struct rec {
     bool done;
-    uint8_t err;
+    kl_status err;
     uint64_t done_ns;
     uint8_t in[32];
     uint8_t out[512];
@@ -121,8 +121,8 @@ static void test_resize(void **state)
     assert_false(is_done(&a));
     wait_done(&a, 3000);
     wait_done(&b, 3000);
-    assert_int_equal(a.err, KL_ERR_NONE);
-    assert_int_equal(b.err, KL_ERR_NONE);
+    assert_int_equal(a.err, KL_OK);
+    assert_int_equal(b.err, KL_OK);
     EVP_PKEY *pub = ct_pubkey("rsa-2048");
     assert_true(ct_verify(pub, KL_OP_RSA_SIGN_SHA256, a.in, sizeof a.in, a.out,
                           a.out_len));
@@ -140,7 +140,7 @@ static void test_resize(void **state)
     assert_int_equal(stats().stalls, s1.stalls + 1);
     wait_done(&a, 3000);
     wait_done(&b, 3000);
-    assert_int_equal(b.err, KL_ERR_NONE);
+    assert_int_equal(b.err, KL_OK);
     ctl("");
     kl_pool_free(p);
 }
@@ -171,9 +171,9 @@ static void test_free_leaves_hung_call(void **state)
     assert_true(took >= 250 * MS);
     assert_true(took < 1500 * MS);
     assert_true(is_done(&hung));
-    assert_int_equal(hung.err, KL_ERR_INTERNAL);
+    assert_int_equal(hung.err, KL_E_INTERNAL);
     assert_true(is_done(&queued));
-    assert_int_equal(queued.err, KL_ERR_INTERNAL);
+    assert_int_equal(queued.err, KL_E_INTERNAL);
     /* the call returns later; its result goes nowhere (ASan would see a
      * write into the freed job) - then the key store may go */
     wait_stalls(s0.stalls + 1, s0.stalls_done + 1, 5000);

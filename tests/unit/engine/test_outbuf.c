@@ -38,7 +38,7 @@ static void test_coalesces_in_order(void **state)
     uint8_t sig[72];
     memset(sig, 0x30, sizeof sig);
     assert_int_equal(kl_outbuf_response(&o, 5, KL_OP_RESPONSE, sig, 72), KL_OK);
-    assert_int_equal(kl_outbuf_error(&o, 9, KL_ERR_KEY_NOT_FOUND), KL_OK);
+    assert_int_equal(kl_outbuf_error(&o, 9, KL_E_KEY_NOT_FOUND), KL_OK);
     assert_int_equal(kl_outbuf_response(&o, 7, KL_OP_PONG, NULL, 0), KL_OK);
     /* three padded 1024-byte messages, back to back in one region */
     assert_int_equal(kl_outbuf_pending(&o), 3 * 1024);
@@ -53,7 +53,7 @@ static void test_error_bytes(void **state)
 {
     kl_outbuf o;
     kl_outbuf_init(&o);
-    assert_int_equal(kl_outbuf_error(&o, 0x01020304, KL_ERR_FORMAT), KL_OK);
+    assert_int_equal(kl_outbuf_error(&o, 0x01020304, KL_E_FORMAT), KL_OK);
     const uint8_t *p = kl_outbuf_data(&o);
     static const uint8_t head[] = {0x01, 0x00, 0x03, 0xF8, 0x01, 0x02, 0x03,
                                    0x04, 0x11, 0x00, 0x01, 0xFF, 0x12, 0x00,
@@ -63,6 +63,21 @@ static void test_error_bytes(void **state)
     for (size_t i = sizeof head; i < 1024; i++)
         assert_int_equal(p[i], 0);
     kl_outbuf_free(&o);
+}
+
+/* The encoder writes, for the status of every P6 code, that code
+ * (docs/DESIGN.md "Errors": the only place a status becomes a byte). */
+static void test_error_byte_of_every_status(void **state)
+{
+    for (int code = 0; code <= 0xFF; code++) {
+        kl_outbuf o;
+        kl_outbuf_init(&o);
+        assert_int_equal(
+            kl_outbuf_error(&o, 1, kl_status_from_p6((uint8_t)code)), KL_OK);
+        assert_int_equal(kl_outbuf_pending(&o), 1024);
+        assert_int_equal(kl_outbuf_data(&o)[15], code);
+        kl_outbuf_free(&o);
+    }
 }
 
 static void test_partial_writes_keep_unsent_first(void **state)
@@ -130,6 +145,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coalesces_in_order),
         cmocka_unit_test(test_error_bytes),
+        cmocka_unit_test(test_error_byte_of_every_status),
         cmocka_unit_test(test_partial_writes_keep_unsent_first),
         cmocka_unit_test(test_max_and_too_large),
     };

@@ -19,14 +19,15 @@ static void record_reference(kl_metrics_local *l)
     kl_metrics_request(l, 0x99);
     /* 50 us and exactly 100 us land in le="0.0001" (inclusive), 150 us in
      * le="0.0002". */
-    kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, 0, 50000);
-    kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA384, 0, 100000);
-    kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, 0, 150000);
+    kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, KL_OK, 50000);
+    kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA384, KL_OK, 100000);
+    kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, KL_OK, 150000);
     /* 2 s: only +Inf. */
-    kl_metrics_exec_time(l, KL_OP_RSA_PSS_SIGN_SHA256, KL_ERR_KEY_NOT_FOUND,
+    kl_metrics_exec_time(l, KL_OP_RSA_PSS_SIGN_SHA256, KL_E_KEY_NOT_FOUND,
                          2000 * MS);
-    kl_metrics_exec_time(l, 0x99, 0x20, 1 * MS); /* beyond P6 codes */
-    kl_metrics_total_time(l, KL_OP_PING, 0, 3 * MS);
+    kl_metrics_exec_time(l, 0x99, kl_status_from_p6(0x20), /* beyond P6 */
+                         1 * MS);
+    kl_metrics_total_time(l, KL_OP_PING, KL_OK, 3 * MS);
     kl_metrics_key_load_time(l, 1000);
     kl_metrics_key_load_time(l, 400000);
     kl_metrics_failed_connection(l);
@@ -354,8 +355,8 @@ static void test_null_slot(void **state)
 {
     (void)state;
     kl_metrics_request(NULL, 1);
-    kl_metrics_exec_time(NULL, 1, 0, 1);
-    kl_metrics_total_time(NULL, 1, 0, 1);
+    kl_metrics_exec_time(NULL, 1, KL_OK, 1);
+    kl_metrics_total_time(NULL, 1, KL_OK, 1);
     kl_metrics_key_load_time(NULL, 1);
     kl_metrics_failed_connection(NULL);
     kl_metrics_queue_wait(NULL, 0, 1);

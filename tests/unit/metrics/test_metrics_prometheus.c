@@ -61,7 +61,7 @@ static void test_prometheus_scrapes(void **state)
     kl_metrics_local *l = kl_metrics_local_new(m, 0);
     for (int i = 0; i < 5; i++) {
         kl_metrics_request(l, KL_OP_ECDSA_SIGN_SHA256);
-        kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, 0, 150000);
+        kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, KL_OK, 150000);
     }
     char err[256];
     kl_metrics_http_opts o = kl_metrics_http_defaults;

@@ -31,8 +31,10 @@ static void populate(kl_metrics *m)
     for (unsigned op = 0; op < 256; op += 7)
         kl_metrics_request(l, (uint8_t)op);
     for (uint8_t e = 0; e <= KL_ERR_MAX + 1; e++) {
-        kl_metrics_exec_time(l, KL_OP_RSA_SIGN_SHA256, e, 1000ull * e * e);
-        kl_metrics_total_time(l, KL_OP_ED25519_SIGN, e, 3000000000ull);
+        kl_metrics_exec_time(l, KL_OP_RSA_SIGN_SHA256, kl_status_from_p6(e),
+                             1000ull * e * e);
+        kl_metrics_total_time(l, KL_OP_ED25519_SIGN, kl_status_from_p6(e),
+                              3000000000ull);
     }
     kl_metrics_key_load_time(l, 12345);
     kl_metrics_queue_wait(l, 2, 777);

@@ -60,9 +60,9 @@ static void *write_loop(void *arg)
         kl_metrics_request(l, KL_OP_ECDSA_SIGN_SHA256);
         kl_metrics_inflight_add(l, 1);
         kl_metrics_conn_move(l, KL_MCONN_NONE, KL_MCONN_OPEN);
-        kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, 0,
+        kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, KL_OK,
                              (uint64_t)(i % 7) * 100000);
-        kl_metrics_total_time(l, KL_OP_ECDSA_SIGN_SHA256, 0, 200000);
+        kl_metrics_total_time(l, KL_OP_ECDSA_SIGN_SHA256, KL_OK, 200000);
         kl_metrics_key_load_time(l, 1000);
         kl_metrics_queue_wait(l, 0, 5000);
         kl_metrics_loop_busy(l, 1000);
