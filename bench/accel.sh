@@ -27,8 +27,8 @@ BENCH=$BUILD/keyless-bench
 ACCEL=$BUILD/kl_accel.so
 SLOTS=${SLOTS:-64}
 LATENCY_US=${LATENCY_US:-1000}
-DUR=5
-REPS=3
+DUR=${DUR:-5}
+REPS=${REPS:-3}
 FAULT_OPS=1000000
 if [ "${1:-}" = --smoke ]; then
     DUR=1; REPS=1; FAULT_OPS=20000
@@ -141,7 +141,10 @@ scenario() { # NAME [KEYLESSD FLAGS...]
 }
 
 : >"$WORK/table"
-ASYNC=(--async-providers=kl_accel --key-propquery=?provider=kl_accel)
+# 8 x 64 in flight on 2 shards: up to ~320 on one; no overflow to the
+# blocking workers
+ASYNC=(--async-providers=kl_accel --key-propquery=?provider=kl_accel
+       --max-async-jobs=1024)
 ctl "latency_us=$LATENCY_US" "slots=$SLOTS" "memo=1"
 scenario async "${ASYNC[@]}"
 scenario blocking --key-propquery=?provider=kl_accel

@@ -115,12 +115,35 @@ static struct kl_shard_async *get(kl_shard *s)
     return sa;
 }
 
+/* A paused job's end, always on its shard's thread (kl_async_ready and
+ * the expiry timer run there): answered here and now, not through the
+ * completion queue and a wake-up of the loop it is already on. */
+static void async_done(kl_job *job)
+{
+    kl_srv_job *j = (kl_srv_job *)job;
+    kl_shard *s = job->owner;
+    if (j->t0_ns) { /* metrics on: when it ran (kl_mx_job_done's rule) */
+        uint64_t now = kl_now_ns();
+        j->start_ns = job->started_ns && job->started_ns >= j->t0_ns &&
+                              job->started_ns <= now
+                          ? job->started_ns
+                          : now;
+        j->done_ns = now;
+    }
+    kl_shard_finish_job(s, j);
+}
+
 kl_async_result kl_shard_async_run(kl_shard *s, kl_srv_job *j)
 {
     struct kl_shard_async *sa = get(s);
     if (!sa)
         return KL_ASYNC_FULL;
+    /* kept for the pool when there is no slot (KL_ASYNC_FULL) */
+    kl_job_done_fn pool_done = j->job.done;
+    j->job.done = async_done;
     kl_async_result r = kl_async_start(sa->a, &j->job);
+    if (r == KL_ASYNC_FULL)
+        j->job.done = pool_done;
     if (r == KL_ASYNC_PAUSED && !kl_timer_armed(&sa->tick) &&
         kl_timer_after(s->ev.loop, &sa->tick, EXPIRE_EVERY) != KL_OK)
         kl_warn("shard %d: cannot arm the accelerator timer", s->index);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +27,8 @@
 #define CTL_MAX 4096
 #define CTL_EVERY_NS (50ull * 1000 * 1000)
 #define MEMO_SIZE 1024
+/* the device thread's timer slack (below) */
+#define DEVICE_SLACK_NS 1UL
 
 typedef enum { OP_WAITING, OP_ACTIVE, OP_LOST, OP_DONE } op_state;
 
@@ -363,6 +366,11 @@ static void *device_main(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "kl-accel-dev");
+    /* a device answers on time: no timer slack (default 50 us) on its
+     * waits, or 64 slots of 1 ms would deliver ~5% less than 64,000/s
+     * (measured: 57,900/s with 50 us, 60,400/s without; the host's CPU
+     * per operation the same within noise) */
+    prctl(PR_SET_TIMERSLACK, DEVICE_SLACK_NS, 0, 0, 0);
     pthread_mutex_lock(&mu);
     for (;;) {
         uint64_t now = now_ns();
