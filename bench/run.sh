@@ -16,6 +16,12 @@
 #                           directly; prints the "Geo routing (remote path)"
 #                           rows for bench/RESULTS.md (about 3 minutes;
 #                           ROUTER_FLAGS adds keylessd flags to the router)
+#   bench/run.sh --rsa [--smoke]
+#                           only the large-RSA rows (RSA-3072/4096 against
+#                           their ceiling, isolation, mixed load; with and
+#                           without background workers): bench/rsa.sh
+#   bench/run.sh --accel [--smoke]
+#                           only the accelerator rows: bench/accel.sh
 #   bench/run.sh --scale [--smoke]
 #                           only the scale and storm scenarios (100,000
 #                           keys, reconnect storm, floods, ECDSA nonces:
@@ -35,6 +41,8 @@ remote=0
 scale=0
 for arg in "$@"; do
     case "$arg" in
+    --rsa) shift; exec bash "$ROOT/bench/rsa.sh" "$@" ;;
+    --accel) shift; exec bash "$ROOT/bench/accel.sh" "$@" ;;
     --smoke) smoke=1 ;;
     --remote) remote=1 ;;
     --scale) scale=1 ;;
