@@ -50,6 +50,27 @@ static size_t heap_in_use(void)
 #endif
 }
 
+/* The providers openssl_providers loaded: kept for the life of the
+ * process, unloaded at its exit (before OpenSSL's own cleanup, which runs
+ * after: atexit handlers run in reverse order, and OpenSSL registered its
+ * handler when it started), so that nothing of them is left behind. */
+static OSSL_PROVIDER *loaded[64];
+static size_t nloaded;
+
+static void unload_providers(void)
+{
+    while (nloaded)
+        OSSL_PROVIDER_unload(loaded[--nloaded]);
+}
+
+static void keep_provider(OSSL_PROVIDER *pr)
+{
+    if (nloaded == 0)
+        atexit(unload_providers);
+    if (nloaded < sizeof loaded / sizeof *loaded)
+        loaded[nloaded++] = pr;
+}
+
 /* One entry of openssl_providers: a provider's name, found where OpenSSL
  * finds modules (OPENSSL_MODULES, else its own directory), or the path of
  * its module, which names it by its file name without ".so". */
@@ -72,6 +93,8 @@ static bool load_provider(const char *entry)
     OSSL_PROVIDER *pr = OSSL_PROVIDER_load(NULL, name);
     if (slash)
         OSSL_PROVIDER_set_default_search_path(NULL, NULL);
+    if (pr)
+        keep_provider(pr);
     if (!pr) {
         unsigned long e = ERR_peek_last_error();
         kl_error("openssl_providers: cannot load \"%s\"%s%s; give the "
@@ -82,7 +105,7 @@ static bool load_provider(const char *entry)
         return false;
     }
     kl_info("OpenSSL provider %s loaded", OSSL_PROVIDER_get0_name(pr));
-    return true; /* kept for the life of the process */
+    return true;
 }
 
 bool kl_daemon_load_providers(const kl_config *cfg)
@@ -93,10 +116,12 @@ bool kl_daemon_load_providers(const kl_config *cfg)
     /* loading one by hand ends OpenSSL's loading of the default provider
      * on first use: load it too, first, so that it stays what answers
      * when nothing else was asked for */
-    if (!OSSL_PROVIDER_load(NULL, "default")) {
+    OSSL_PROVIDER *def = OSSL_PROVIDER_load(NULL, "default");
+    if (!def) {
         kl_error("openssl_providers: cannot load OpenSSL's default provider");
         return false;
     }
+    keep_provider(def);
     bool ok = true;
     for (const char *at = list; *at;) {
         size_t n = strcspn(at, ",");
