@@ -11,8 +11,8 @@
 #include "config/internal.h"
 #include "cfgtest.h"
 #include "testutil.h"
+#include "core/time.h"
 
-#define MS 1000000ull
 #define SEC 1000000000ull
 
 static char tmpdir[64];
@@ -105,8 +105,10 @@ static void test_yaml_file(void **state)
     assert_string_equal(cfg->stores[1].path, "/tmp/one.key");
     assert_int_equal(kl_settings_of(cfg)->server.shards, 3);
     assert_true(kl_settings_of(cfg)->server.idle_timeout_ns == 90 * SEC);
-    assert_true(kl_settings_of(cfg)->server.handshake_timeout_ns == 500 * MS);
-    assert_true(kl_settings_of(cfg)->server.max_queue_time_ns == 250 * MS);
+    assert_true(kl_settings_of(cfg)->server.handshake_timeout_ns ==
+                500 * KL_NS_PER_MS);
+    assert_true(kl_settings_of(cfg)->server.max_queue_time_ns ==
+                250 * KL_NS_PER_MS);
     assert_false(cfg->tls13);
     assert_int_equal(cfg->nwarnings, 0);
     kl_config_free(cfg);
@@ -207,11 +209,16 @@ static void test_durations(void **state)
     static const struct {
         const char *in;
         uint64_t ns;
-    } ok[] = {{"10s", 10 * SEC},   {"500ms", 500 * MS},
-              {"2m", 120 * SEC},   {"1h30m", 5400 * SEC},
-              {"1.5s", 1500 * MS}, {"0", 0},
-              {"0s", 0},           {"250us", 250000},
-              {"7ns", 7},          {"1m0.5s", 60 * SEC + 500 * MS}};
+    } ok[] = {{"10s", 10 * SEC},
+              {"500ms", 500 * KL_NS_PER_MS},
+              {"2m", 120 * SEC},
+              {"1h30m", 5400 * SEC},
+              {"1.5s", 1500 * KL_NS_PER_MS},
+              {"0", 0},
+              {"0s", 0},
+              {"250us", 250000},
+              {"7ns", 7},
+              {"1m0.5s", 60 * SEC + 500 * KL_NS_PER_MS}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         uint64_t ns = 1;
         assert_int_equal(kl_parse_duration(ok[i].in, &ns), KL_OK);
@@ -235,7 +242,7 @@ static void test_durations(void **state)
     char buf[32];
     kl_format_duration(90 * SEC, buf, sizeof buf);
     assert_string_equal(buf, "1m30s");
-    kl_format_duration(500 * MS, buf, sizeof buf);
+    kl_format_duration(500 * KL_NS_PER_MS, buf, sizeof buf);
     assert_string_equal(buf, "500ms");
     kl_format_duration(0, buf, sizeof buf);
     assert_string_equal(buf, "0s");

@@ -15,8 +15,8 @@
 #include "config/config.h"
 #include "cfgtest.h"
 #include "testutil.h"
+#include "core/time.h"
 
-#define MS 1000000ull
 #define SEC 1000000000ull
 
 static char tmpdir[64], dir_a[96], dir_b[96];
@@ -96,7 +96,7 @@ static void test_reference_defaults(void **state)
     assert_true(cfg->sign_timeout_ns == 0);
     assert_int_equal(cfg->sign_retry_count, 0);
     assert_true(cfg->watch_key_dirs);
-    assert_true(cfg->watch_delay_ns == 500 * MS);
+    assert_true(cfg->watch_delay_ns == 500 * KL_NS_PER_MS);
     assert_false(cfg->auto_renew);
     assert_null(cfg->loaded_file);
     assert_int_equal(cfg->nwarnings, 0);
@@ -220,7 +220,7 @@ static void test_env_for_new_options(void **state)
     assert_string_equal(cfg->hostname, "h.example");
     assert_int_equal(kl_settings_of(cfg)->metrics_http.port, 0);
     assert_true(kl_settings_of(cfg)->tracing.sample_rate == 1.0);
-    assert_true(cfg->sign_timeout_ns == 750 * MS);
+    assert_true(cfg->sign_timeout_ns == 750 * KL_NS_PER_MS);
     assert_true(cfg->current_time_unix == 981169506);
     assert_int_equal(cfg->nstores, 2);
     assert_int_equal(cfg->stores[0].kind, KL_STORE_DIR);

@@ -11,8 +11,8 @@
 #include "config/config.h"
 #include "cfgtest.h"
 #include "testutil.h"
+#include "core/time.h"
 
-#define MS 1000000ull
 #define SEC 1000000000ull
 
 static char tmpdir[64];
@@ -52,7 +52,8 @@ static void test_defaults(void **state)
     assert_int_equal(kl_settings_of(cfg)->router.default_deadline_ns, 2 * SEC);
     assert_int_equal(kl_settings_of(cfg)->router.max_attempts, 3);
     assert_int_equal(kl_settings_of(cfg)->router.max_hops, 3);
-    assert_int_equal(kl_settings_of(cfg)->router.timeout_floor_ns, 20 * MS);
+    assert_int_equal(kl_settings_of(cfg)->router.timeout_floor_ns,
+                     20 * KL_NS_PER_MS);
     assert_int_equal(kl_settings_of(cfg)->router.timeout_ceiling_ns, 2 * SEC);
     assert_int_equal(kl_settings_of(cfg)->router.timeout_p99_factor, 10);
     assert_int_equal(kl_settings_of(cfg)->router.ping_interval_ns, 1 * SEC);
@@ -99,10 +100,12 @@ static void test_sources(void **state)
     assert_int_equal(kl_settings_of(cfg)->router.max_attempts,
                      2); /* flag > env > file */
     assert_int_equal(kl_settings_of(cfg)->router.max_hops, 5); /* env */
-    assert_int_equal(kl_settings_of(cfg)->router.timeout_floor_ns, 50 * MS);
+    assert_int_equal(kl_settings_of(cfg)->router.timeout_floor_ns,
+                     50 * KL_NS_PER_MS);
     assert_int_equal(kl_settings_of(cfg)->router.reload_poll_ns,
                      0); /* SIGHUP only */
-    assert_int_equal(kl_settings_of(cfg)->router.ping_interval_ns, 250 * MS);
+    assert_int_equal(kl_settings_of(cfg)->router.ping_interval_ns,
+                     250 * KL_NS_PER_MS);
     assert_string_equal(kl_settings_of(cfg)->metrics_http.address, "127.0.0.1");
     assert_int_equal(kl_settings_of(cfg)->metrics_http.port,
                      0); /* the endpoint is off */

@@ -19,10 +19,9 @@
 #include "core/time.h"
 #include "crypto/pool.h"
 
-#define MS 1000000ull
 /* How late past its deadline an answer may come (a loaded, sanitized
  * machine; the watchdog itself answers at the deadline). */
-#define SLACK (300 * MS)
+#define SLACK (300 * KL_NS_PER_MS)
 
 static kl_keystore *files, *hsm;
 static const kl_key *rsa, *ec, *rsa_b; /* kl-a x2 (max-sessions=2), kl-b */
@@ -90,7 +89,7 @@ static void prep(rec *r, const kl_key *k, uint8_t op, uint64_t deadline_ms,
         r->in_len = 32;
         ct_fill(r->in, r->in_len, seed);
     }
-    r->deadline_ns = deadline_ms ? kl_now_ns() + deadline_ms * MS : 0;
+    r->deadline_ns = deadline_ms ? kl_now_ns() + deadline_ms * KL_NS_PER_MS : 0;
 }
 
 /* The pool's hold on a job's key store while a token call outlives the
@@ -133,7 +132,7 @@ static void submit(rec *r)
 /* Waits until every record is answered; fails after limit_ms (a hang). */
 static void wait_all(rec *r, int n, uint64_t limit_ms)
 {
-    uint64_t limit = kl_now_ns() + limit_ms * MS;
+    uint64_t limit = kl_now_ns() + limit_ms * KL_NS_PER_MS;
     pthread_mutex_lock(&mu);
     for (;;) {
         int left = 0;
@@ -162,7 +161,7 @@ static void wait_all(rec *r, int n, uint64_t limit_ms)
 static void wait_stalls(unsigned long begun, unsigned long done,
                         uint64_t limit_ms)
 {
-    uint64_t limit = kl_now_ns() + limit_ms * MS;
+    uint64_t limit = kl_now_ns() + limit_ms * KL_NS_PER_MS;
     kl_p11shim_stats s = stats();
     while ((s.stalls < begun || s.stalls_done < done) && kl_now_ns() < limit) {
         usleep(5000);
@@ -344,7 +343,7 @@ static void test_fault_on_retry_is_an_error(void **state)
         submit(&r);
         wait_all(&r, 1, 10000);
         assert_int_equal(r.err, KL_E_INTERNAL);
-        assert_true(r.done_ns - t0 < 1000 * MS);
+        assert_true(r.done_ns - t0 < 1000 * KL_NS_PER_MS);
         assert_int_equal(stats().errors, before + 2);
         ctl("");
         run_ok(rsa, KL_OP_RSA_SIGN_SHA256, 4);
@@ -443,7 +442,7 @@ static void test_stall_answered_at_deadline(void **state)
         assert_int_equal(fr[i].err, KL_OK);
         assert_true(ct_verify(pub_ec, fr[i].op, fr[i].in, 32, fr[i].out,
                               fr[i].out_len));
-        assert_true(fr[i].done_ns - t0 < 300 * MS);
+        assert_true(fr[i].done_ns - t0 < 300 * KL_NS_PER_MS);
     }
     rec other[2];
     prep(&other[0], rsa_b, KL_OP_RSA_SIGN_SHA256, 1000, 2);
@@ -521,12 +520,12 @@ static void test_direct_call_waits_for_the_token(void **state)
     uint64_t t0 = kl_now_ns();
     kl_status err =
         kl_crypto_exec_deadline(rsa, KL_OP_RSA_SIGN_SHA256, in, sizeof in, out,
-                                sizeof out, &n, t0 + 200 * MS);
+                                sizeof out, &n, t0 + 200 * KL_NS_PER_MS);
     uint64_t el = kl_now_ns() - t0;
     assert_int_equal(err, KL_OK);
     assert_true(
         ct_verify(pub_rsa, KL_OP_RSA_SIGN_SHA256, in, sizeof in, out, n));
-    assert_true(el >= 600 * MS);
+    assert_true(el >= 600 * KL_NS_PER_MS);
 }
 
 /* ---- the shim's control file --------------------------------------------- */

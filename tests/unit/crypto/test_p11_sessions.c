@@ -12,8 +12,6 @@
 #include "crypto/pool.h"
 #include "keys/p11.h"
 
-#define MS 1000000ull
-
 static kl_keystore *files, *hsm;
 static const kl_key *rsa; /* on kl-a, max-sessions=1 */
 
@@ -60,18 +58,19 @@ static void test_wait_bounded_by_deadline(void **state)
     (void)state;
     kl_p11_token *tok = kl_key_p11(rsa)->tok;
     CK_SESSION_HANDLE h;
-    assert_int_equal(kl_p11_session_get(tok, kl_now_ns() + 1000 * MS, &h),
-                     KL_OK);
+    assert_int_equal(
+        kl_p11_session_get(tok, kl_now_ns() + 1000 * KL_NS_PER_MS, &h), KL_OK);
     /* the only session is taken: a bounded wait, then an error */
     uint64_t el;
-    assert_int_equal(sign_now(kl_now_ns() + 100 * MS, &el), KL_E_INTERNAL);
-    assert_true(el >= 90 * MS && el < 1000 * MS);
+    assert_int_equal(sign_now(kl_now_ns() + 100 * KL_NS_PER_MS, &el),
+                     KL_E_INTERNAL);
+    assert_true(el >= 90 * KL_NS_PER_MS && el < 1000 * KL_NS_PER_MS);
     /* no deadline: the default wait, not forever */
     assert_int_equal(sign_now(0, &el), KL_E_INTERNAL);
-    assert_true(el >= KL_CRYPTO_DEFAULT_WAIT_NS - 10 * MS &&
-                el < KL_CRYPTO_DEFAULT_WAIT_NS + 1000 * MS);
+    assert_true(el >= KL_CRYPTO_DEFAULT_WAIT_NS - 10 * KL_NS_PER_MS &&
+                el < KL_CRYPTO_DEFAULT_WAIT_NS + 1000 * KL_NS_PER_MS);
     kl_p11_session_put(tok, h);
-    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_OK);
+    assert_int_equal(sign_now(kl_now_ns() + 1000 * KL_NS_PER_MS, NULL), KL_OK);
 }
 
 /* ---- many jobs on one session ---------------------------------------- */
@@ -141,12 +140,12 @@ static void test_exhaustion_under_load(void **state)
 
     /* round 1: a tight deadline - some finish, the rest fail at it */
     done_count = 0;
-    uint64_t deadline = kl_now_ns() + 40 * MS;
+    uint64_t deadline = kl_now_ns() + 40 * KL_NS_PER_MS;
     for (int i = 0; i < NJOBS; i++) {
         make(&jobs[i], rsa, 0x05, 32, deadline);
         assert_int_equal(kl_pool_submit(p, &jobs[i].job), KL_OK);
     }
-    wait_done(NJOBS, kl_now_ns() + 20000 * MS);
+    wait_done(NJOBS, kl_now_ns() + 20000 * KL_NS_PER_MS);
     int ok = 0, late = 0;
     for (int i = 0; i < NJOBS; i++) {
         tjob *t = &jobs[i];
@@ -159,7 +158,7 @@ static void test_exhaustion_under_load(void **state)
             assert_int_equal(t->job.err, KL_E_INTERNAL);
         }
         /* answered by its deadline (plus one running signature) */
-        assert_true(t->done_ns <= deadline + 500 * MS);
+        assert_true(t->done_ns <= deadline + 500 * KL_NS_PER_MS);
     }
     assert_true(ok > 0);
     assert_true(late > 0);
@@ -167,7 +166,7 @@ static void test_exhaustion_under_load(void **state)
     /* round 2: room enough - all complete on the one session, and a file
      * key's job submitted behind them is not held up by them */
     done_count = 0;
-    deadline = kl_now_ns() + 30000 * MS;
+    deadline = kl_now_ns() + 30000 * KL_NS_PER_MS;
     for (int i = 0; i < NJOBS; i++) {
         make(&jobs[i], rsa, 0x05, 32, deadline);
         assert_int_equal(kl_pool_submit(p, &jobs[i].job), KL_OK);
@@ -203,9 +202,9 @@ static void test_blocking_workers_start_on_demand(void **state)
     assert_int_equal(kl_pool_queued(p, KL_COST_BLOCKING), 0);
     tjob t;
     done_count = 0;
-    make(&t, rsa, 0x05, 32, kl_now_ns() + 10000 * MS);
+    make(&t, rsa, 0x05, 32, kl_now_ns() + 10000 * KL_NS_PER_MS);
     assert_int_equal(kl_pool_submit(p, &t.job), KL_OK);
-    wait_done(1, kl_now_ns() + 10000 * MS);
+    wait_done(1, kl_now_ns() + 10000 * KL_NS_PER_MS);
     assert_int_equal(t.job.err, KL_OK);
     EVP_PKEY *pub = ct_pubkey("rsa-2048");
     assert_true(ct_verify(pub, 0x05, t.in, 32, t.out, t.job.out_len));
@@ -214,7 +213,7 @@ static void test_blocking_workers_start_on_demand(void **state)
     done_count = 0;
     make(&t, rsa, 0x05, 32, kl_now_ns() - 1);
     assert_int_equal(kl_pool_submit(p, &t.job), KL_OK);
-    wait_done(1, kl_now_ns() + 10000 * MS);
+    wait_done(1, kl_now_ns() + 10000 * KL_NS_PER_MS);
     assert_int_equal(t.job.err, KL_E_INTERNAL);
     kl_pool_free(p);
 }
@@ -227,12 +226,12 @@ static void test_session_closed_is_reopened(void **state)
     kl_p11_token *tok = kl_key_p11(rsa)->tok;
     CK_FUNCTION_LIST *fl = kl_p11_token_fl(tok);
     CK_SESSION_HANDLE h;
-    assert_int_equal(kl_p11_session_get(tok, kl_now_ns() + 1000 * MS, &h),
-                     KL_OK);
+    assert_int_equal(
+        kl_p11_session_get(tok, kl_now_ns() + 1000 * KL_NS_PER_MS, &h), KL_OK);
     assert_int_equal(fl->C_CloseSession(h), CKR_OK);
     kl_p11_session_put(tok, h); /* the pool now holds a dead handle */
-    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_OK);
-    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_OK);
+    assert_int_equal(sign_now(kl_now_ns() + 1000 * KL_NS_PER_MS, NULL), KL_OK);
+    assert_int_equal(sign_now(kl_now_ns() + 1000 * KL_NS_PER_MS, NULL), KL_OK);
 }
 
 static void test_logged_out_is_logged_in(void **state)
@@ -241,11 +240,11 @@ static void test_logged_out_is_logged_in(void **state)
     kl_p11_token *tok = kl_key_p11(rsa)->tok;
     CK_FUNCTION_LIST *fl = kl_p11_token_fl(tok);
     CK_SESSION_HANDLE h;
-    assert_int_equal(kl_p11_session_get(tok, kl_now_ns() + 1000 * MS, &h),
-                     KL_OK);
+    assert_int_equal(
+        kl_p11_session_get(tok, kl_now_ns() + 1000 * KL_NS_PER_MS, &h), KL_OK);
     assert_int_equal(fl->C_Logout(h), CKR_OK);
     kl_p11_session_put(tok, h);
-    assert_int_equal(sign_now(kl_now_ns() + 1000 * MS, NULL), KL_OK);
+    assert_int_equal(sign_now(kl_now_ns() + 1000 * KL_NS_PER_MS, NULL), KL_OK);
 }
 
 int main(void)

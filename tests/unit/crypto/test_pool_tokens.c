@@ -13,15 +13,13 @@
 #include "core/time.h"
 #include "crypto/pool.h"
 
-#define MS 1000000ull
-
 static kl_keystore *files, *hsm;
 static const kl_key *rsa; /* on token kl-a, 2 sessions */
 
 static void wait_stalls(unsigned long begun, unsigned long done,
                         uint64_t limit_ms)
 {
-    uint64_t limit = kl_now_ns() + limit_ms * MS;
+    uint64_t limit = kl_now_ns() + limit_ms * KL_NS_PER_MS;
     kl_p11shim_stats s = stats();
     while ((s.stalls < begun || s.stalls_done < done) && kl_now_ns() < limit) {
         usleep(5000);
@@ -91,7 +89,7 @@ static bool is_done(const rec *r)
 
 static void wait_done(const rec *r, uint64_t limit_ms)
 {
-    uint64_t limit = kl_now_ns() + limit_ms * MS;
+    uint64_t limit = kl_now_ns() + limit_ms * KL_NS_PER_MS;
     while (!is_done(r) && kl_now_ns() < limit)
         usleep(2000);
     assert_true(is_done(r));
@@ -168,8 +166,8 @@ static void test_free_leaves_hung_call(void **state)
     uint64_t took = kl_now_ns() - t0;
     print_message("kl_pool_free took %.0f ms with a hung token call\n",
                   took / 1e6);
-    assert_true(took >= 250 * MS);
-    assert_true(took < 1500 * MS);
+    assert_true(took >= 250 * KL_NS_PER_MS);
+    assert_true(took < 1500 * KL_NS_PER_MS);
     assert_true(is_done(&hung));
     assert_int_equal(hung.err, KL_E_INTERNAL);
     assert_true(is_done(&queued));

@@ -11,8 +11,6 @@
 #include "loop/loop.h"
 #include "testutil.h"
 
-#define MS 1000000ull
-
 /* ---- timers ---- */
 
 typedef struct {
@@ -34,7 +32,7 @@ static void on_tagged(kl_loop *l, kl_timer *t)
 
 static void run_until_count(kl_loop *l, fired_log *log, int want)
 {
-    uint64_t end = kl_now_ns() + 2000 * MS;
+    uint64_t end = kl_now_ns() + 2000 * KL_NS_PER_MS;
     while (log->n < want && kl_now_ns() < end)
         assert_int_equal(kl_loop_run_once(l, 100), KL_OK);
 }
@@ -53,7 +51,8 @@ static void test_timers_fire_in_order(void **state)
         tt[i].id = ids[i];
         tt[i].log = &log;
         kl_timer_init(&tt[i].t, on_tagged, &tt[i]);
-        assert_int_equal(kl_timer_after(l, &tt[i].t, delays_ms[i] * MS), KL_OK);
+        assert_int_equal(
+            kl_timer_after(l, &tt[i].t, delays_ms[i] * KL_NS_PER_MS), KL_OK);
         assert_true(kl_timer_armed(&tt[i].t));
     }
     run_until_count(l, &log, 6);
@@ -61,7 +60,7 @@ static void test_timers_fire_in_order(void **state)
     for (int i = 0; i < 6; i++)
         assert_int_equal(log.order[i], i + 1);
     /* the last one cannot have fired before its 50 ms */
-    assert_true(kl_now_ns() - start >= 50 * MS);
+    assert_true(kl_now_ns() - start >= 50 * KL_NS_PER_MS);
     for (int i = 0; i < 6; i++)
         assert_false(kl_timer_armed(&tt[i].t));
     kl_loop_free(l);
@@ -76,13 +75,13 @@ static void test_timer_stop_and_rearm(void **state)
     kl_timer_init(&a.t, on_tagged, &a);
     kl_timer_init(&b.t, on_tagged, &b);
     kl_timer_init(&c.t, on_tagged, &c);
-    assert_int_equal(kl_timer_after(l, &a.t, 5 * MS), KL_OK);
-    assert_int_equal(kl_timer_after(l, &b.t, 10 * MS), KL_OK);
-    assert_int_equal(kl_timer_after(l, &c.t, 15 * MS), KL_OK);
+    assert_int_equal(kl_timer_after(l, &a.t, 5 * KL_NS_PER_MS), KL_OK);
+    assert_int_equal(kl_timer_after(l, &b.t, 10 * KL_NS_PER_MS), KL_OK);
+    assert_int_equal(kl_timer_after(l, &c.t, 15 * KL_NS_PER_MS), KL_OK);
     kl_timer_stop(l, &a.t);
     kl_timer_stop(l, &a.t); /* twice is harmless */
     /* re-arm c earlier than b */
-    assert_int_equal(kl_timer_after(l, &c.t, 1 * MS), KL_OK);
+    assert_int_equal(kl_timer_after(l, &c.t, 1 * KL_NS_PER_MS), KL_OK);
     run_until_count(l, &log, 2);
     usleep(20000);
     assert_int_equal(kl_loop_run_once(l, 0), KL_OK);
@@ -98,7 +97,7 @@ static void test_timer_heap_many(void **state)
     kl_loop *l = kl_loop_new();
     enum { N = 2000 };
     kl_timer *t = calloc(N, sizeof *t);
-    uint64_t base = kl_now_ns() + 3600ull * 1000 * MS; /* never due */
+    uint64_t base = kl_now_ns() + 3600ull * 1000 * KL_NS_PER_MS; /* never due */
     unsigned seed = 12345;
     for (int i = 0; i < N; i++) {
         kl_timer_init(&t[i], NULL, NULL);
@@ -169,7 +168,7 @@ static void test_cross_thread_wake(void **state)
     assert_int_equal(kl_loop_run(l), KL_OK);
     pthread_join(th, NULL);
     assert_int_equal(ws.wakes, 1);
-    assert_true(kl_now_ns() - start >= 15 * MS);
+    assert_true(kl_now_ns() - start >= 15 * KL_NS_PER_MS);
     kl_loop_free(l);
 }
 
@@ -279,7 +278,7 @@ static void test_wake_storm_loses_nothing(void **state)
     while (st.seen < (unsigned long)WAKERS * WAKES_EACH) {
         uint64_t t0 = kl_now_ns();
         assert_int_equal(kl_loop_run_once(st.loop, 2000), KL_OK);
-        if (kl_now_ns() - t0 >= 1000 * MS &&
+        if (kl_now_ns() - t0 >= 1000 * KL_NS_PER_MS &&
             atomic_load(&st.published) > st.seen)
             fail_msg("wake-up lost: %lu of %lu items seen", st.seen,
                      atomic_load(&st.published));
@@ -391,12 +390,12 @@ static void test_before_sleep_hook(void **state)
     /* twice the hook says "more work": those turns must not sleep */
     assert_int_equal(kl_loop_run_once(l, 1000), KL_OK);
     assert_int_equal(kl_loop_run_once(l, 1000), KL_OK);
-    assert_true(kl_now_ns() - start < 500 * MS);
+    assert_true(kl_now_ns() - start < 500 * KL_NS_PER_MS);
     assert_int_equal(hook_calls, 2);
     /* the third turn sleeps for its timeout */
     assert_int_equal(kl_loop_run_once(l, 30), KL_OK);
     assert_int_equal(hook_calls, 3);
-    assert_true(kl_now_ns() - start >= 30 * MS);
+    assert_true(kl_now_ns() - start >= 30 * KL_NS_PER_MS);
     kl_loop_free(l);
 }
 

@@ -8,8 +8,7 @@
 
 #include "keyless/protocol.h"
 #include "mtest.h"
-
-#define MS 1000000ull
+#include "core/time.h"
 
 static void record_reference(kl_metrics_local *l)
 {
@@ -24,10 +23,10 @@ static void record_reference(kl_metrics_local *l)
     kl_metrics_exec_time(l, KL_OP_ECDSA_SIGN_SHA256, KL_OK, 150000);
     /* 2 s: only +Inf. */
     kl_metrics_exec_time(l, KL_OP_RSA_PSS_SIGN_SHA256, KL_E_KEY_NOT_FOUND,
-                         2000 * MS);
+                         2000 * KL_NS_PER_MS);
     kl_metrics_exec_time(l, 0x99, kl_status_from_p6(0x20), /* beyond P6 */
-                         1 * MS);
-    kl_metrics_total_time(l, KL_OP_PING, KL_OK, 3 * MS);
+                         1 * KL_NS_PER_MS);
+    kl_metrics_total_time(l, KL_OP_PING, KL_OK, 3 * KL_NS_PER_MS);
     kl_metrics_key_load_time(l, 1000);
     kl_metrics_key_load_time(l, 400000);
     kl_metrics_failed_connection(l);
@@ -119,9 +118,9 @@ static void test_own_series(void **state)
     kl_metrics_log_suppressed(sh0, KL_LOGSUP_HANDSHAKE_FAILED);
     kl_metrics_log_suppressed(sh1, KL_LOGSUP_HANDSHAKE_FAILED);
     kl_metrics_log_suppressed(sh1, KL_LOGSUP_KINDS); /* ignored */
-    kl_metrics_queue_wait(w, 1, 5 * MS);
-    kl_metrics_queue_wait(w, 3, 5 * MS); /* no such class: ignored */
-    kl_metrics_loop_busy(sh0, 1500 * MS);
+    kl_metrics_queue_wait(w, 1, 5 * KL_NS_PER_MS);
+    kl_metrics_queue_wait(w, 3, 5 * KL_NS_PER_MS); /* no such class: ignored */
+    kl_metrics_loop_busy(sh0, 1500 * KL_NS_PER_MS);
     kl_metrics_set_keys_loaded(m, 7);
     kl_metrics_set_queue_depth(m, 0, 4);
     kl_metrics_set_queue_depth(m, 7, 4); /* ignored */
@@ -276,17 +275,17 @@ static void test_backpressure_series(void **state)
     kl_metrics_conn_closed(sh0, (kl_metrics_close)7); /* ignored */
     /* shard 0: one pause of 1.5 s, its repeated states ignored */
     assert_false(kl_metrics_accept_is_paused(sh0));
-    kl_metrics_accept_paused(sh0, true, 1000 * MS);
-    kl_metrics_accept_paused(sh0, true, 1200 * MS);
+    kl_metrics_accept_paused(sh0, true, 1000 * KL_NS_PER_MS);
+    kl_metrics_accept_paused(sh0, true, 1200 * KL_NS_PER_MS);
     assert_true(kl_metrics_accept_is_paused(sh0));
-    kl_metrics_accept_paused(sh0, false, 2500 * MS);
-    kl_metrics_accept_paused(sh0, false, 2600 * MS);
+    kl_metrics_accept_paused(sh0, false, 2500 * KL_NS_PER_MS);
+    kl_metrics_accept_paused(sh0, false, 2600 * KL_NS_PER_MS);
     assert_false(kl_metrics_accept_is_paused(sh0));
     /* shard 1: a pause in progress since 2 s ago */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    kl_metrics_accept_paused(sh1, true, now - 2000 * MS);
+    kl_metrics_accept_paused(sh1, true, now - 2000 * KL_NS_PER_MS);
     kl_metrics_set_read_pauses(sh0, 5);
     kl_metrics_set_read_pauses(sh1, 2);
     kl_metrics_set_buffered(sh0, 4096, 32u << 20);
