@@ -275,7 +275,7 @@ static kl_status run_evp(kl_ctx_entry *e, EVP_PKEY *pkey, op_spec sp,
  * one operation at a time, on a context of its own, waiting for the
  * previous one no longer than the deadline (docs/OPERATIONS.md
  * "Accelerators and provider keys"). */
-static kl_status provider_exec(const kl_key *key, op_spec sp, uint8_t opcode,
+static kl_status provider_exec(const kl_key *key, uint8_t opcode,
                                const uint8_t *payload, size_t plen,
                                uint8_t *out, size_t outcap, size_t *out_len,
                                uint64_t deadline_ns)
@@ -292,16 +292,10 @@ static kl_status provider_exec(const kl_key *key, op_spec sp, uint8_t opcode,
     ts.tv_nsec = (long)(until % KL_NS_PER_S);
     if (pthread_mutex_timedlock(&mu, &ts) != 0)
         return KL_E_INTERNAL; /* the device is busy past the deadline */
-    EVP_PKEY *pkey = kl_key_pkey(key);
-    kl_ctx_entry e = {
-        .pkey = pkey, .opcode = opcode, .propq = kl_key_propq(key)};
-    bool broken = false;
-    kl_status err = run_evp(setup(&e) ? &e : NULL, pkey, sp, payload, plen, out,
-                            outcap, out_len, &broken);
-    EVP_PKEY_CTX_free(e.pctx);
-    EVP_MD_CTX_free(e.mctx);
-    OPENSSL_free(e.modulus);
-    ERR_clear_error();
+    kl_ctx_entry e = {0};     /* a context for this call only */
+    kl_status err = kl_crypto_exec_private(&e, key, opcode, payload, plen, out,
+                                           outcap, out_len);
+    kl_crypto_private_free(&e);
     pthread_mutex_unlock(&mu);
     return err;
 }
@@ -332,8 +326,8 @@ kl_status kl_crypto_exec_deadline(const kl_key *key, uint8_t opcode,
         return err;
     }
     if (kl_key_get_backend(key) == KL_BACKEND_PROVIDER)
-        return provider_exec(key, sp, opcode, payload, plen, out, outcap,
-                             out_len, deadline_ns);
+        return provider_exec(key, opcode, payload, plen, out, outcap, out_len,
+                             deadline_ns);
     EVP_PKEY *pkey = kl_key_pkey(key);
     kl_ctx_entry *e = kl_ctx_cache_get(pkey, opcode, kl_key_propq(key), setup);
     bool broken = false;
