@@ -52,12 +52,17 @@ static bool ecdsa_is_default(const char *propq)
     return yes;
 }
 
+bool kl_pkey_builtin(const EVP_PKEY *pkey)
+{
+    const OSSL_PROVIDER *own = EVP_PKEY_get0_provider(pkey);
+    return !own || builtin_provider(OSSL_PROVIDER_get0_name(own));
+}
+
 /* The provider that signs with k: the key's own when another provider
  * holds it (it cannot be exported), else the one EVP fetches for its
- * algorithm under the default properties. */
+ * algorithm under the key's property query. */
 static const char *signing_provider(const kl_key *k, char *buf, size_t cap)
 {
-    const OSSL_PROVIDER *own = EVP_PKEY_get0_provider(k->pkey);
     static const char *const algs[] = {[KL_KEY_RSA] = "RSA",
                                        [KL_KEY_EC] = "ECDSA",
                                        [KL_KEY_ED25519] = "ED25519"};
@@ -65,8 +70,9 @@ static const char *signing_provider(const kl_key *k, char *buf, size_t cap)
                           ? algs[k->info.type]
                           : NULL;
     buf[0] = '\0';
-    if (own && !builtin_provider(OSSL_PROVIDER_get0_name(own))) {
-        snprintf(buf, cap, "%s", OSSL_PROVIDER_get0_name(own));
+    if (!kl_pkey_builtin(k->pkey)) {
+        snprintf(buf, cap, "%s",
+                 OSSL_PROVIDER_get0_name(EVP_PKEY_get0_provider(k->pkey)));
         return buf;
     }
     EVP_SIGNATURE *sig = alg ? EVP_SIGNATURE_fetch(NULL, alg, k->propq) : NULL;
@@ -86,12 +92,11 @@ static const char *intern(const char *text);
 
 static const char *key_propq(const kl_keystore *ks, EVP_PKEY *pkey)
 {
-    const OSSL_PROVIDER *own = EVP_PKEY_get0_provider(pkey);
-    const char *name = own ? OSSL_PROVIDER_get0_name(own) : NULL;
-    if (!name || builtin_provider(name))
+    if (kl_pkey_builtin(pkey))
         return ks->propq;
     char q[96];
-    snprintf(q, sizeof q, "?provider=%s", name);
+    snprintf(q, sizeof q, "?provider=%s",
+             OSSL_PROVIDER_get0_name(EVP_PKEY_get0_provider(pkey)));
     return intern(q);
 }
 
@@ -115,14 +120,24 @@ static bool listed(const char *list, const char *name)
 
 /* A file key's back end: in memory and signed by OpenSSL's own code, or by
  * another provider - one that blocks, or one that pauses ASYNC jobs. */
-static kl_key_backend file_backend(const kl_keystore *ks, const kl_key *k)
+static kl_key_backend file_backend(kl_keystore *ks, const kl_key *k)
 {
+    /* For keys in memory the answer depends on the type only (one query,
+     * one fetch): decided once per type, not once per key of 100,000. */
+    bool mine = kl_pkey_builtin(k->pkey);
+    size_t t = (size_t)k->info.type;
+    bool cacheable = mine && t < sizeof ks->type_backend;
+    if (cacheable && ks->type_backend[t])
+        return (kl_key_backend)(ks->type_backend[t] - 1);
     char name[64];
     signing_provider(k, name, sizeof name);
-    if (!name[0] || builtin_provider(name))
-        return KL_BACKEND_FILE;
-    return listed(ks->opts.async_providers, name) ? KL_BACKEND_ASYNC
-                                                  : KL_BACKEND_PROVIDER;
+    kl_key_backend b = !name[0] || builtin_provider(name) ? KL_BACKEND_FILE
+                       : listed(ks->opts.async_providers, name)
+                           ? KL_BACKEND_ASYNC
+                           : KL_BACKEND_PROVIDER;
+    if (cacheable)
+        ks->type_backend[t] = (uint8_t)(b + 1);
+    return b;
 }
 
 /* A property query kept for the life of the process: threads' cached

@@ -56,14 +56,6 @@ static EVP_PKEY *store_load(const char *uri, const char *propq, char *why,
     return pkey;
 }
 
-static bool builtin(const EVP_PKEY *pkey)
-{
-    const OSSL_PROVIDER *p = EVP_PKEY_get0_provider(pkey);
-    const char *n = p ? OSSL_PROVIDER_get0_name(p) : "default";
-    return !strcmp(n, "default") || !strcmp(n, "fips") || !strcmp(n, "base") ||
-           !strcmp(n, "legacy");
-}
-
 kl_status kl_keystore_add_provider_key(kl_keystore *ks, const char *uri,
                                        const char *label, bool quiet, char *why,
                                        size_t whylen)
@@ -72,7 +64,7 @@ kl_status kl_keystore_add_provider_key(kl_keystore *ks, const char *uri,
     EVP_PKEY *pkey = store_load(uri, ks->propq, why, whylen, &opened);
     if (!pkey)
         return opened ? KL_E_KEY : KL_E_CONFIG;
-    if (builtin(pkey)) {
+    if (kl_pkey_builtin(pkey)) {
         /* OpenSSL's own decoders read it: a file keylessd refused for a
          * reason of its own, which the caller reports */
         EVP_PKEY_free(pkey);

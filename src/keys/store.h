@@ -38,6 +38,9 @@ struct kl_keystore {
     kl_key_decoder *decoder; /* created on the first file */
     kl_p11_set *p11;         /* created on the first URI */
     bool direct_ecdsa;       /* EC file keys keep their scalar (keystore.c) */
+    /* the back end of keys in memory, by kl_key_type: kl_key_backend + 1,
+     * 0 until the first key of the type (keystore.c file_backend) */
+    uint8_t type_backend[4];
     struct kl_elsewhere *elsewhere; /* sealed keys for other servers */
     size_t n_elsewhere, cap_elsewhere;
 };
@@ -73,6 +76,9 @@ KL_WUR kl_status kl_keystore_insert_ski(kl_keystore *ks, EVP_PKEY *pkey,
                                         const kl_key_info *info,
                                         const char *path,
                                         const uint8_t ski[KL_SKI_LEN]);
+/* Whether OpenSSL's own providers (default, fips, base, legacy) hold the
+ * key: it is in memory and their code signs with it. */
+bool kl_pkey_builtin(const EVP_PKEY *pkey);
 /* provider_key.c: the private key an OpenSSL provider other than
  * OpenSSL's own yields for uri (OSSL_STORE, under the store's
  * key_propquery), indexed under label. KL_E_CONFIG with why set when no
