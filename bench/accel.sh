@@ -9,6 +9,10 @@
 #   blocking   the same keys without it: blocking workers wait for the device
 #   fallback   async, and the device's full=software (busy slots: software)
 #   software   no accelerator: OpenSSL's own ECDSA on the CPU
+#   ping       no key operation: pings with the async run's pattern (512 in
+#              flight, each answered ~8 ms later - the device's queue), so
+#              keylessd's CPU per operation is the non-crypto part alone
+#              (TLS records, parse, encode, writes, wake-ups) at that rate
 #   faults     1,000,000 operations with device errors and lost operations
 #              mixed in: descriptors, RSS and operations in progress before
 #              and after
@@ -109,7 +113,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 run_once() {
     local c0 c1 json
     "$BENCH" "${TLS[@]}" -json -connections 8 -depth 64 -warmup 0.5s \
-        -duration ${DUR}s >"$WORK/b.json" 2>"$WORK/b.err" &
+        -duration ${DUR}s ${RUN_FLAGS:-} >"$WORK/b.json" 2>"$WORK/b.err" &
     local bp=$!
     sleep 0.55
     c0=$(host_cpu)
@@ -151,6 +155,7 @@ scenario blocking --key-propquery=?provider=kl_accel
 ctl "latency_us=$LATENCY_US" "slots=$SLOTS" "memo=1" "full=software"
 scenario fallback "${ASYNC[@]}"
 scenario software
+RUN_FLAGS="-op ping -pause 8ms" scenario ping
 ceiling=$(openssl speed -multi 2 -seconds $DUR ecdsap256 2>/dev/null |
     awk '/sign\/s/ {getline; print $(NF-1)}')
 
@@ -215,7 +220,7 @@ echo
 echo "Machine: $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ); device: $SLOTS slots x ${LATENCY_US} us = $device ops/s"
 echo "Ceiling: openssl speed -multi 2 ecdsap256 = $ceiling sign/s"
 echo
-echo "| scenario | ECDSA P-256 ops/s | vs device | keylessd CPU/op (us, no device thread) |"
+echo "| scenario | ops/s (ECDSA P-256; ping: pings) | vs device | keylessd CPU/op (us, no device thread) |"
 echo "|---|---:|---:|---:|"
 while read -r name ops cpu; do
     printf '| %s | %s | %.2f | %s |\n' "$name" "$ops" \

@@ -29,6 +29,8 @@
 #define MEMO_SIZE 1024
 /* the device thread's timer slack (below) */
 #define DEVICE_SLACK_NS 1UL
+/* operations the device answers in one pass at most */
+#define DUE_BATCH 64
 
 typedef enum { OP_WAITING, OP_ACTIVE, OP_LOST, OP_DONE } op_state;
 
@@ -39,7 +41,8 @@ typedef struct acc_op {
     op_state state;
     bool fail; /* the device answers an error (fail=) */
     uint64_t due_ns, deadline_ns;
-    int efd;                      /* the job's eventfd; -1: the caller blocks */
+    int efd;      /* the job's eventfd; -1: the caller blocks */
+    uint64_t got; /* counts the caller read from efd (the device writes 1) */
     struct acc_op *prev, *next;   /* all */
     struct acc_op *qprev, *qnext; /* waiting or active */
 } acc_op;
@@ -273,8 +276,9 @@ static bool same_req(const acc_req *a, const acc_req *b)
            !memcmp(a->tbs, b->tbs, a->tbslen);
 }
 
-/* The device's work for one operation (mu not held). */
-static void device_sign(acc_op *op, bool use_memo)
+/* The device's work for one operation (mu not held; memo_hits counted
+ * into stats when the caller next holds it). */
+static void device_sign(acc_op *op, bool use_memo, uint64_t *memo_hits)
 {
     memo_entry *m = memo ? &memo[memo_hash(&op->req) % MEMO_SIZE] : NULL;
     if (op->fail) {
@@ -284,9 +288,7 @@ static void device_sign(acc_op *op, bool use_memo)
     if (use_memo && m && m->used && same_req(&m->req, &op->req)) {
         memcpy(op->sig, m->sig, m->siglen);
         op->siglen = m->siglen;
-        pthread_mutex_lock(&mu);
-        stats.memo_hits++;
-        pthread_mutex_unlock(&mu);
+        (*memo_hits)++;
         return;
     }
     op->siglen = acc_soft_sign(&op->req, op->sig, sizeof op->sig);
@@ -376,20 +378,37 @@ static void *device_main(void *arg)
         uint64_t now = now_ns();
         expire(now);
         fill_slots(now);
-        acc_op *op = active.head;
-        if (op && !set.stopped && op->due_ns <= now) {
-            bool use_memo = set.memo;
-            /* off the device's lists while it signs, so that no deadline
-             * ends it meanwhile: the device is answering */
+        /* Every operation due now leaves in one pass with one hold of mu
+         * before and after, as a card posts a batch of responses to its
+         * ring: the callers' lock is not taken and given back per
+         * operation. Off the device's lists while it signs, so that no
+         * deadline ends them meanwhile: the device is answering. */
+        acc_op *due[DUE_BATCH];
+        size_t n = 0;
+        while (n < DUE_BATCH && active.head && !set.stopped &&
+               active.head->due_ns <= now) {
+            acc_op *op = active.head;
             q_remove(&active, op);
             op->state = OP_LOST;
+            due[n++] = op;
+        }
+        if (n) {
+            /* their slots are free from now: the next operations' time
+             * starts before this batch's answers are posted */
+            fill_slots(now);
+            bool use_memo = set.memo;
+            uint64_t hits = 0;
             pthread_mutex_unlock(&mu);
-            device_sign(op, use_memo);
+            for (size_t i = 0; i < n; i++)
+                device_sign(due[i], use_memo, &hits);
             pthread_mutex_lock(&mu);
-            stats.completed++;
-            if (!op->siglen)
-                stats.failed++;
-            finish(op);
+            stats.memo_hits += hits;
+            for (size_t i = 0; i < n; i++) {
+                stats.completed++;
+                if (!due[i]->siglen)
+                    stats.failed++;
+                finish(due[i]);
+            }
             continue;
         }
         wait_next(now);
@@ -548,9 +567,10 @@ static void await(acc_op *op)
             blocked_callers--;
             break;
         }
+        /* one read takes an eventfd's whole count (and resets it) */
         uint64_t v;
-        while (read(op->efd, &v, sizeof v) > 0) {
-        }
+        if (read(op->efd, &v, sizeof v) == (ssize_t)sizeof v)
+            op->got += v;
         pthread_mutex_lock(&mu);
     }
 }
@@ -571,10 +591,12 @@ size_t acc_dev_sign(const acc_req *req, uint8_t *sig, size_t cap)
     }
     await(op);
     pthread_mutex_unlock(&mu);
-    /* an answer that came before the pause left the eventfd readable */
+    /* The device writes the eventfd once per operation: unless a read
+     * after a pause took that count, it is still there (an answer that
+     * came before the pause, or between the last read and the check). */
     uint64_t v;
-    while (op->efd >= 0 && read(op->efd, &v, sizeof v) > 0) {
-    }
+    if (op->efd >= 0 && !op->got)
+        (void)!read(op->efd, &v, sizeof v);
     size_t n = op->siglen <= cap ? op->siglen : 0;
     memcpy(sig, op->sig, n);
     OPENSSL_cleanse(op, sizeof *op);
