@@ -100,8 +100,12 @@ void kl_conn_complete(kl_conn *c, kl_srv_job *j)
     if (c->state == KL_CONN_CLOSED)
         return; /* nobody to answer; the shard frees c when inflight is 0 */
     if (j->job.err != KL_OK) {
-        if (j->job.err == KL_E_INTERNAL) {
-            KL_COUNT(s->st.shed); /* deadline passed before it ran */
+        /* Shed means never run: the deadline passed (or the client left)
+         * before the crypto began. A job that ran and failed internally,
+         * or that an accelerator still held at its deadline, is an error
+         * answer, not a shed (docs/METRICS.md). */
+        if (j->job.err == KL_E_INTERNAL && !j->job.started_ns) {
+            KL_COUNT(s->st.shed);
             kl_metrics_shed(s->obs.mx, KL_SHED_DEADLINE);
         }
         answer_error(c, j->id, j->job.err, j->request_id,

@@ -182,6 +182,14 @@ static void test_deadline(void **state)
         !strstr(body, "keylessd_async_expired_total{shard=\"0\"} 1\n") ||
         !strstr(body, "keylessd_async_paused_total{shard=\"0\"}"))
         fail_msg("metrics:\n%s", a ? a : body);
+    /* it ran (the device had it): an error answer, not a shed request */
+    const char *shed =
+        strstr(body, "keylessd_requests_shed_total{reason=\"deadline\"} ");
+    if (shed &&
+        strtod(shed +
+                   strlen("keylessd_requests_shed_total{reason=\"deadline\"} "),
+               NULL) != 0)
+        fail_msg("an operation that ran counted as shed:\n%.200s", shed);
     free(body);
 }
 
