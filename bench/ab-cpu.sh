@@ -48,7 +48,19 @@ pick_port() {
         (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null || break
     done
 }
+# The port is free when picked, but another process may bind it before
+# keylessd does: a keylessd that exits saying so starts again on another.
 start_server() { # BIN_DIR
+    for _ in 1 2 3 4 5; do
+        try_start "$1" && return 0
+        grep -qi "address already in use" "$WORK/keylessd.log" || break
+        log "port $PORT taken meanwhile; another"
+    done
+    cat "$WORK/keylessd.log" >&2
+    log "keylessd ($1) did not start"
+    exit 1
+}
+try_start() { # BIN_DIR
     pick_port
     KEYLESS_METRICS_PORT=0 "$1/keylessd" --listen-address=127.0.0.1 --port=$PORT \
         --auth-cert="$PKI/server.crt" --auth-key="$PKI/server.key" \
@@ -60,9 +72,9 @@ start_server() { # BIN_DIR
         kill -0 $SERVER_PID 2>/dev/null || break
         sleep 0.1
     done
-    cat "$WORK/keylessd.log" >&2
-    log "keylessd ($1) did not start"
-    exit 1
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+    return 1
 }
 stop_server() {
     kill -TERM "$SERVER_PID" 2>/dev/null || true
