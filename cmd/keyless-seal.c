@@ -58,6 +58,13 @@ static void usage(FILE *f)
         "        fleet, with a fresh data key; escrow recipients are kept\n"
         "  open --key NODE.key FILE -o OUT.pem\n"
         "        write the private key out as PKCS#8 PEM (mode 0600)\n"
+        "  pubkey --key NODE.key\n"
+        "        print the public half of a sealing key for the fleet file\n"
+        "        (as keygen does)\n"
+        "\n"
+        "--key takes a sealing key file, or a PKCS#11 URI of a P-256 key on\n"
+        "a token (pkcs11:token=...;object=...?module-path=...&pin-source=...,\n"
+        "as keylessd's sealing_key): the token does the ECDH.\n"
         "\n"
         "Policies: name=value, name!=value, name in (v1, v2), and, or, not,\n"
         "parentheses (docs/DESIGN.md \"Sealing policies\"); for example\n"
@@ -165,9 +172,18 @@ static int read_private(const char *path, EVP_PKEY **key, uint8_t *ski)
     return k ? EXIT_OK : EXIT_USAGE;
 }
 
-/* A sealing private key (keygen's output: X25519 or P-256 PEM). */
+/* A sealing private key: keygen's output (X25519 or P-256 PEM), or a
+ * `pkcs11:` URI of a P-256 key on a token, which does the ECDH
+ * (keys/p11_seal.c). */
 static int read_node_key(const char *path, EVP_PKEY **key)
 {
+    if (!strncmp(path, "pkcs11:", 7)) {
+        char why[512];
+        kl_status s = kl_keys_sealing_key_p11(path, key, why, sizeof why);
+        if (s != KL_OK)
+            fprintf(stderr, "keyless-seal: --key (a PKCS#11 URI): %s\n", why);
+        return s == KL_OK ? EXIT_OK : s == KL_E_CONFIG ? EXIT_USAGE : EXIT_FAIL;
+    }
     struct stat st;
     if (stat(path, &st) == 0 && (st.st_mode & 077))
         fprintf(stderr,
@@ -367,6 +383,43 @@ static int cmd_keygen(const opts *o)
                 "keyless-seal: wrote %s (%s, mode 0600); its public half "
                 "is above, or as raw base64: %s\n",
                 o->out, kem == KL_HPKE_KEM_P256 ? "P-256" : "X25519", b64);
+    }
+    EVP_PKEY_free(k);
+    return rc;
+}
+
+/* The public half of a sealing key as the fleet file takes it: PEM on
+ * stdout, the raw base64 form and the KEM on stderr (as keygen prints). */
+static void print_public(EVP_PKEY *k, const char *what)
+{
+    uint16_t kem = KL_HPKE_KEM_X25519;
+    uint8_t pk[KL_HPKE_MAX_ENC];
+    size_t pl = 0;
+    char b64[128];
+    if (kl_hpke_public(kem, k, pk, sizeof pk, &pl) != KL_OK) {
+        kem = KL_HPKE_KEM_P256;
+        if (kl_hpke_public(kem, k, pk, sizeof pk, &pl) != KL_OK)
+            return;
+    }
+    ERR_clear_error();
+    if (PEM_write_PUBKEY(stdout, k) != 1)
+        return;
+    EVP_EncodeBlock((unsigned char *)b64, pk, (int)pl);
+    fprintf(stderr,
+            "keyless-seal: %s (%s); its public half is above, or as raw "
+            "base64: %s\n",
+            what, kem == KL_HPKE_KEM_P256 ? "P-256" : "X25519", b64);
+}
+
+static int cmd_pubkey(const opts *o)
+{
+    EVP_PKEY *k = NULL;
+    int rc = read_node_key(o->key, &k);
+    if (rc == EXIT_OK) {
+        char what[64];
+        snprintf(what, sizeof what, "the sealing key of --key is %s",
+                 strncmp(o->key, "pkcs11:", 7) ? "a file" : "on a token");
+        print_public(k, what);
     }
     EVP_PKEY_free(k);
     return rc;
@@ -574,11 +627,9 @@ int main(int argc, char **argv)
     static const struct {
         const char *name, *needs;
         int (*fn)(const opts *);
-    } cmds[] = {{"keygen", "o", cmd_keygen},
-                {"seal", "opfF", cmd_seal},
-                {"inspect", "F", cmd_inspect},
-                {"rewrap", "ofKF", cmd_rewrap},
-                {"open", "oKF", cmd_open}};
+    } cmds[] = {{"keygen", "o", cmd_keygen},   {"seal", "opfF", cmd_seal},
+                {"inspect", "F", cmd_inspect}, {"rewrap", "ofKF", cmd_rewrap},
+                {"open", "oKF", cmd_open},     {"pubkey", "K", cmd_pubkey}};
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
         if (!strcmp(o.cmd, cmds[i].name)) {
             rc = check_needs(&o, cmds[i].needs);

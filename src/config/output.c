@@ -169,10 +169,15 @@ void kl_config_value_text(const kl_config *cfg, const kl_option *o, char *out,
         break;
     case KL_OPT_STRING: {
         const char *s = *(char *const *)field;
+        /* a PKCS#11 URI (sealing_key) may carry its PIN */
+        char *red =
+            s && !strncmp(s, "pkcs11:", 7) ? kl_config_redact_uri(s) : NULL;
         snprintf(out, cap, "%s",
                  !s                                    ? ""
                  : ((o->flags & KL_OPTF_SECRET) && *s) ? "REDACTED"
+                 : red                                 ? red
                                                        : s);
+        free(red);
         break;
     }
     case KL_OPT_STORES: {

@@ -2,7 +2,8 @@
 /* sealing_key and sealing_attributes for the key store (daemon_seal.h).
  * The sealing key is read like a key file (refused when group or others
  * can read it, unless allow_group_readable_keys) and must be a key HPKE
- * can use: X25519 or P-256. */
+ * can use: X25519 or P-256; or it is a `pkcs11:` URI of a P-256 key on a
+ * token, which does the DH step there (keys/p11_seal.c). */
 #include "daemon/daemon_seal.h"
 
 #include <errno.h>
@@ -17,9 +18,31 @@
 #include "core/log.h"
 #include "seal/hpke.h"
 
+/* A `pkcs11:` URI: the P-256 key on a token, its DH done there
+ * (keys/p11_seal.c; docs/OPERATIONS.md "Sealing key on a token"). */
+static bool token_key(const kl_config *cfg, kl_daemon_seal *s)
+{
+    char why[512];
+    kl_status st =
+        kl_keys_sealing_key_p11(cfg->sealing_key, &s->key, why, sizeof why);
+    if (st == KL_OK)
+        return true;
+    char *red = kl_config_redact_uri(cfg->sealing_key);
+    kl_error("sealing_key %s: %s; %s", red ? red : "(a PKCS#11 URI)", why,
+             st == KL_E_CONFIG
+                 ? "check module-path=, the token (token=, serial= or "
+                   "slot-id=) and the PIN (pin-value= or pin-source=)"
+                 : "name an EC P-256 key with derive usage on the token "
+                   "(object= and/or id=), or unset sealing_key");
+    free(red);
+    return false;
+}
+
 static bool read_key(const kl_config *cfg, kl_daemon_seal *s)
 {
     const char *path = cfg->sealing_key;
+    if (strncmp(path, "pkcs11:", 7) == 0)
+        return token_key(cfg, s);
     struct stat st;
     if (stat(path, &st) != 0) {
         kl_error("sealing_key %s: %s; set it to the file keyless-seal "

@@ -121,6 +121,20 @@ KL_WUR kl_status kl_keystore_add_pkey(kl_keystore *ks, EVP_PKEY *pkey,
  * Key files that OpenSSL's own decoders do not read (a TPM's "TSS2 PRIVATE
  * KEY") are tried the same way by kl_keystore_add_file. */
 KL_WUR kl_status kl_keystore_add_uri(kl_keystore *ks, const char *uri);
+/* A sealing key (docs/SEALING.md "Node identity") on a PKCS#11 token:
+ * the EC P-256 private key a `pkcs11:` URI names (the rules and the PIN
+ * of kl_keystore_add_uri's URIs), as its public EVP_PKEY carrying a DH
+ * hook (seal/hpke.h kl_hpke_key_set_dh) that runs HPKE's DH on the token
+ * (C_DeriveKey, CKM_ECDH1_DERIVE): every seal/ function that takes a
+ * recipient's private key takes it. One ECDH is tried here and checked
+ * against the public key, so a token that cannot do it is refused now,
+ * not at each sealed file. The EVP_PKEY owns the module and the logged-in
+ * session: freeing it closes them. KL_E_CONFIG (the URI, the PIN, no such
+ * token or module) or KL_E_KEY (no such key, not P-256, no ECDH) with
+ * the reason in why (never the PIN, nor the URI: the caller names it). */
+KL_WUR kl_status kl_keys_sealing_key_p11(const char *uri, EVP_PKEY **out,
+                                         char *why, size_t whylen);
+
 /* Sum of max-sessions over the tokens of the store's PKCS#11 keys: how many
  * blocking workers can use them at once (kl_pool_opts.blocking_workers). */
 size_t kl_keystore_token_sessions(const kl_keystore *ks);

@@ -9,9 +9,9 @@
  *
  * Keys are EVP_PKEYs: a recipient's private key may live in a PKCS#11
  * token or any provider, since the one operation done with it is
- * EVP_PKEY_derive. Public keys cross the API as the RFC's serialisation
- * (SerializePublicKey, RFC 9180 section 7.1.1): 32 raw bytes for X25519,
- * the 65-byte uncompressed point for P-256.
+ * EVP_PKEY_derive (or a DH hook: kl_hpke_key_set_dh). Public keys cross the API
+ * as the RFC's serialisation (SerializePublicKey, RFC 9180 section 7.1.1): 32
+ * raw bytes for X25519, the 65-byte uncompressed point for P-256.
  *
  * Every function returns a kl_status, and never crashes on bad input:
  *   KL_E_BAD_VALUE  an unknown suite, a key or enc of the wrong length or
@@ -100,6 +100,31 @@ KL_WUR kl_status kl_hpke_public(uint16_t kem, const EVP_PKEY *key, uint8_t *out,
  * (the caller frees it), KL_E_BAD_VALUE for bytes that are not one. */
 KL_WUR kl_status kl_hpke_public_key(uint16_t kem, const uint8_t *pk, size_t len,
                                     EVP_PKEY **out);
+
+/* A recipient key whose DH is computed outside OpenSSL - a PKCS#11
+ * token's P-256 key that only C_DeriveKey can use (keys/p11_seal.c) - is
+ * the key's public EVP_PKEY carrying a DH hook: every function above and
+ * below takes it where it takes a private key, reads its public half as
+ * usual, and Decap calls the hook for DH(skR, pkE) instead of
+ * EVP_PKEY_derive (docs/DESIGN.md "HPKE (src/seal)"). The hook lives in
+ * the EVP_PKEY's ex_data, so src/seal needs nothing of the layer that
+ * supplies it. */
+typedef struct kl_hpke_dh_hook {
+    /* DH(skR, pkE) into out (32 bytes: P-256's x-coordinate) for the KEM
+     * kem; pke is SerializePublicKey(pkE), already validated (RFC 9180
+     * section 7.1.4). KL_OK, or a status of the list above (KL_E_KEY:
+     * the device could not do it). */
+    kl_status (*dh)(void *arg, uint16_t kem, const uint8_t *pke, size_t pke_len,
+                    uint8_t *out);
+    /* Called once with arg when the EVP_PKEY is freed; may be NULL. */
+    void (*free)(void *arg);
+} kl_hpke_dh_hook;
+
+/* Attaches hook and arg to pub (a public key of the KEM the hook
+ * serves); the EVP_PKEY then owns arg (hook->free when it is freed; also
+ * when this fails). KL_E_BAD_VALUE if pub has a hook already. */
+KL_WUR kl_status kl_hpke_key_set_dh(EVP_PKEY *pub, const kl_hpke_dh_hook *hook,
+                                    void *arg);
 
 /* SetupBaseS(pkR, info) (RFC 9180 section 5.1.1): a fresh ephemeral key,
  * enc (cap >= kl_hpke_pk_len) and a sender context. */

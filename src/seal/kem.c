@@ -249,17 +249,102 @@ kl_status kl_hpke_public_key(uint16_t kem, const uint8_t *pk, size_t len,
     return public_from_bytes(kem, pk, len, out);
 }
 
+/* DH hooks (seal/hpke.h kl_hpke_key_set_dh): one ex_data index of
+ * EVP_PKEYs, made on the first hook; until then no key has one and dh()
+ * does not look. */
+typedef struct dh_ref {
+    kl_hpke_dh_hook hook;
+    void *arg;
+} dh_ref;
+
+static CRYPTO_ONCE hook_once = CRYPTO_ONCE_STATIC_INIT;
+static _Atomic int hook_idx = -1;
+
+static void hook_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx,
+                      long argl, void *argp)
+{
+    (void)parent, (void)ad, (void)idx, (void)argl, (void)argp;
+    dh_ref *r = ptr;
+    if (!r)
+        return;
+    if (r->hook.free)
+        r->hook.free(r->arg);
+    OPENSSL_free(r);
+}
+
+/* EVP_PKEY_dup's copy has no hook: arg has one owner. */
+static int hook_dup(CRYPTO_EX_DATA *to, const CRYPTO_EX_DATA *from,
+                    void **from_d, int idx, long argl, void *argp)
+{
+    (void)to, (void)from, (void)idx, (void)argl, (void)argp;
+    *from_d = NULL;
+    return 1;
+}
+
+static void hook_init(void)
+{
+    hook_idx = CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_EVP_PKEY, 0, NULL, NULL,
+                                       hook_dup, hook_free);
+}
+
+kl_status kl_hpke_key_set_dh(EVP_PKEY *pub, const kl_hpke_dh_hook *hook,
+                             void *arg)
+{
+    dh_ref *r = NULL;
+    kl_status s = KL_E_BAD_VALUE;
+    if (!pub || !hook || !hook->dh)
+        goto fail;
+    s = KL_E_INTERNAL;
+    if (!CRYPTO_THREAD_run_once(&hook_once, hook_init) || hook_idx < 0)
+        goto fail;
+    s = KL_E_BAD_VALUE;
+    if (EVP_PKEY_get_ex_data(pub, hook_idx))
+        goto fail;
+    s = KL_E_NOMEM;
+    if (!(r = OPENSSL_zalloc(sizeof *r)))
+        goto fail;
+    r->hook = *hook;
+    r->arg = arg;
+    if (EVP_PKEY_set_ex_data(pub, hook_idx, r) == 1)
+        return KL_OK;
+    OPENSSL_free(r);
+    s = KL_E_INTERNAL;
+fail:
+    if (hook && hook->free)
+        hook->free(arg);
+    return s;
+}
+
+static const dh_ref *hook_of(const EVP_PKEY *key)
+{
+    return hook_idx >= 0 && key ? EVP_PKEY_get_ex_data(key, hook_idx) : NULL;
+}
+
+/* DH through a hook: the peer as SerializePublicKey. */
+static kl_status hook_dh(const dh_ref *r, uint16_t kem, EVP_PKEY *peer,
+                         uint8_t *out)
+{
+    uint8_t pke[KL_HPKE_MAX_ENC];
+    size_t n = 0;
+    KL_GUARD(kl_hpke_public(kem, peer, pke, sizeof pke, &n));
+    return r->hook.dh(r->arg, kem, pke, n, out);
+}
+
 /* DH(sk, pk): the X25519 result, or P-256's x-coordinate; 32 bytes. */
 static kl_status dh(uint16_t kem, EVP_PKEY *sk, EVP_PKEY *peer, uint8_t *out)
 {
-    EVP_PKEY_CTX *dctx = EVP_PKEY_CTX_new_from_pkey(NULL, sk, NULL);
-    if (!dctx)
+    const dh_ref *hook = hook_of(sk);
+    EVP_PKEY_CTX *dctx =
+        hook ? NULL : EVP_PKEY_CTX_new_from_pkey(NULL, sk, NULL);
+    if (!hook && !dctx)
         return KL_E_NOMEM;
     size_t n = DH_LEN;
     kl_status s = KL_E_KEY;
     /* The peer was validated when it was read (public_from_bytes). */
-    if (EVP_PKEY_derive_init(dctx) == 1 &&
-        EVP_PKEY_derive_set_peer_ex(dctx, peer, 0) == 1) {
+    if (hook) {
+        s = hook_dh(hook, kem, peer, out);
+    } else if (EVP_PKEY_derive_init(dctx) == 1 &&
+               EVP_PKEY_derive_set_peer_ex(dctx, peer, 0) == 1) {
         if (EVP_PKEY_derive(dctx, out, &n) == 1)
             s = n == DH_LEN ? KL_OK : KL_E_INTERNAL;
         else if (kem == KL_HPKE_KEM_X25519)
