@@ -468,8 +468,24 @@ static int open_with(const char *path, const char *file, const kl_sealed *s,
     char err[512];
     uint8_t ski[KL_SKI_LEN];
     if (kl_sealed_find(s, node, &idx) != KL_OK) {
-        fprintf(stderr, "keyless-seal: %s: not sealed to the key in %s\n", file,
-                path);
+        /* a token's key is P-256: say so when the file has none */
+        uint8_t pk[KL_HPKE_MAX_ENC];
+        size_t n = 0, same_kem = 0;
+        bool p256 =
+            kl_hpke_public(KL_HPKE_KEM_P256, node, pk, sizeof pk, &n) == KL_OK;
+        ERR_clear_error();
+        for (size_t i = 0; i < s->n_rcpt; i++)
+            same_kem += s->rcpt[i].kem ==
+                        (p256 ? KL_HPKE_KEM_P256 : KL_HPKE_KEM_X25519);
+        bool token = !strncmp(path, "pkcs11:", 7);
+        fprintf(stderr, "keyless-seal: %s: not sealed to the key %s%s%s\n",
+                file, token ? "on the token of --key" : "in ",
+                token ? "" : path,
+                same_kem ? ""
+                : p256   ? " (the key is P-256; every recipient of the "
+                           "file is X25519)"
+                         : " (the key is X25519; every recipient of the "
+                           "file is P-256)");
         rc = EXIT_FAIL;
     } else if (kl_sealed_open(s, idx, node, key, err, sizeof err) != KL_OK) {
         fprintf(stderr, "keyless-seal: %s: %s\n", file, err);

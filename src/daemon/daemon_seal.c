@@ -33,7 +33,8 @@ static bool token_key(const kl_config *cfg, kl_daemon_seal *s)
                  ? "check module-path=, the token (token=, serial= or "
                    "slot-id=) and the PIN (pin-value= or pin-source=)"
                  : "name an EC P-256 key with derive usage on the token "
-                   "(object= and/or id=), or unset sealing_key");
+                   "with object= and/or id= (docs/OPERATIONS.md \"Sealing "
+                   "key on a token\"), or unset sealing_key");
     free(red);
     return false;
 }

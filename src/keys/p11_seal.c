@@ -279,9 +279,8 @@ kl_status kl_keys_sealing_key_p11(const char *uri, EVP_PKEY **out, char *why,
     if (s == KL_OK &&
         (sp->key->ktype != CKK_EC ||
          kl_hpke_public(KL_HPKE_KEM_P256, pub, pk, sizeof pk, &pl) != KL_OK)) {
-        WHY("not an EC P-256 key: a token's sealing key is P-256 "
-            "(DHKEM(P-256)); make one as docs/OPERATIONS.md \"Sealing key on "
-            "a token\" shows");
+        WHY("not an EC P-256 key (a token's sealing key is P-256, for "
+            "DHKEM(P-256))");
         s = KL_E_KEY;
     }
     ERR_clear_error();
