@@ -184,6 +184,16 @@ static int read_node_key(const char *path, EVP_PKEY **key)
             fprintf(stderr, "keyless-seal: --key (a PKCS#11 URI): %s\n", why);
         return s == KL_OK ? EXIT_OK : s == KL_E_CONFIG ? EXIT_USAGE : EXIT_FAIL;
     }
+    size_t sn = strspn(path, "abcdefghijklmnopqrstuvwxyz0123456789+.-");
+    if (sn > 1 && path[sn] == ':' && strncmp(path, "file:", 5) != 0) {
+        /* a key another OpenSSL provider holds (handle:0x81000001) */
+        char why[512];
+        kl_status s =
+            kl_keys_sealing_key_store(path, NULL, key, why, sizeof why);
+        if (s != KL_OK)
+            fprintf(stderr, "keyless-seal: --key %s: %s\n", path, why);
+        return s == KL_OK ? EXIT_OK : s == KL_E_CONFIG ? EXIT_USAGE : EXIT_FAIL;
+    }
     struct stat st;
     if (stat(path, &st) == 0 && (st.st_mode & 077))
         fprintf(stderr,
@@ -417,8 +427,11 @@ static int cmd_pubkey(const opts *o)
     int rc = read_node_key(o->key, &k);
     if (rc == EXIT_OK) {
         char what[64];
+        size_t sn = strspn(o->key, "abcdefghijklmnopqrstuvwxyz0123456789+.-");
         snprintf(what, sizeof what, "the sealing key of --key is %s",
-                 strncmp(o->key, "pkcs11:", 7) ? "a file" : "on a token");
+                 !strncmp(o->key, "pkcs11:", 7) ? "on a token"
+                 : sn > 1 && o->key[sn] == ':'  ? "a provider's"
+                                                : "a file");
         print_public(k, what);
     }
     EVP_PKEY_free(k);

@@ -39,11 +39,40 @@ static bool token_key(const kl_config *cfg, kl_daemon_seal *s)
     return false;
 }
 
+/* Whether v is a URI of a scheme other than file: ("handle:0x81000001"),
+ * not a path. */
+static bool store_uri(const char *v)
+{
+    size_t n = strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789+.-");
+    return n > 1 && v[n] == ':' && strncmp(v, "file:", 5) != 0;
+}
+
+/* Another scheme: an OSSL_STORE URI of a key an OpenSSL provider holds
+ * (docs/OPERATIONS.md "Accelerators and provider keys"), which derives
+ * there. */
+static bool store_key(const kl_config *cfg, kl_daemon_seal *s)
+{
+    char why[512];
+    kl_status st = kl_keys_sealing_key_store(
+        cfg->sealing_key, cfg->key_propquery, &s->key, why, sizeof why);
+    if (st == KL_OK)
+        return true;
+    kl_error("sealing_key %s: %s; %s", cfg->sealing_key, why,
+             st == KL_E_CONFIG
+                 ? "load the provider that holds it in openssl.cnf, or give "
+                   "a file or a pkcs11: URI"
+                 : "name an X25519 or P-256 key the provider can derive "
+                   "with, or unset sealing_key");
+    return false;
+}
+
 static bool read_key(const kl_config *cfg, kl_daemon_seal *s)
 {
     const char *path = cfg->sealing_key;
     if (strncmp(path, "pkcs11:", 7) == 0)
         return token_key(cfg, s);
+    if (store_uri(path))
+        return store_key(cfg, s);
     struct stat st;
     if (stat(path, &st) != 0) {
         kl_error("sealing_key %s: %s; set it to the file keyless-seal "

@@ -134,6 +134,15 @@ KL_WUR kl_status kl_keystore_add_uri(kl_keystore *ks, const char *uri);
  * the reason in why (never the PIN, nor the URI: the caller names it). */
 KL_WUR kl_status kl_keys_sealing_key_p11(const char *uri, EVP_PKEY **out,
                                          char *why, size_t whylen);
+/* The same for a key another OpenSSL provider holds, named by an
+ * OSSL_STORE URI (tpm2-openssl's handle:0x81000001), loaded under propq
+ * (NULL: the defaults): an X25519 or P-256 key with which HPKE is tried
+ * once (a message to its public half opened with it), so a provider that
+ * cannot derive with it is refused here. KL_E_CONFIG when no provider
+ * opens the URI, KL_E_KEY otherwise, with why. */
+KL_WUR kl_status kl_keys_sealing_key_store(const char *uri, const char *propq,
+                                           EVP_PKEY **out, char *why,
+                                           size_t whylen);
 
 /* Sum of max-sessions over the tokens of the store's PKCS#11 keys: how many
  * blocking workers can use them at once (kl_pool_opts.blocking_workers). */

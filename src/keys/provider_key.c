@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "keys/decode.h"
 #include "keys/store.h"
+#include "seal/hpke.h"
 
 /* The first private key the URI yields, or NULL (*why says why). */
 static EVP_PKEY *store_load(const char *uri, const char *propq, char *why,
@@ -95,4 +96,55 @@ kl_status kl_keystore_add_provider_key(kl_keystore *ks, const char *uri,
         return KL_E_KEY;
     }
     return kl_keystore_insert_ski(ks, pkey, NULL, &info, label, ski);
+}
+
+/* One HPKE message to the key's own public half, opened with the key:
+ * the provider derives with it (seal/kem.c asks the key's provider), and
+ * the public half it reports is its own. */
+static kl_status sealing_self_test(uint16_t kem, const uint8_t *pk, size_t pl,
+                                   EVP_PKEY *key)
+{
+    static const uint8_t msg[] = "keylessd sealing key check";
+    uint8_t enc[KL_HPKE_MAX_ENC], ct[sizeof msg + KL_HPKE_TAG_LEN],
+        pt[sizeof msg];
+    size_t el = 0, cl = 0, ptl = 0;
+    kl_hpke_suite su = {kem, KL_HPKE_KDF_SHA256, KL_HPKE_AEAD_AES256GCM};
+    KL_GUARD(kl_hpke_seal_once(su, pk, pl, NULL, 0, NULL, 0, msg, sizeof msg,
+                               enc, sizeof enc, &el, ct, sizeof ct, &cl));
+    KL_GUARD(kl_hpke_open_once(su, enc, el, key, NULL, 0, NULL, 0, ct, cl, pt,
+                               sizeof pt, &ptl));
+    return ptl == sizeof msg && !memcmp(pt, msg, ptl) ? KL_OK : KL_E_KEY;
+}
+
+kl_status kl_keys_sealing_key_store(const char *uri, const char *propq,
+                                    EVP_PKEY **out, char *why, size_t whylen)
+{
+    *out = NULL;
+    bool opened;
+    EVP_PKEY *k = store_load(uri, propq, why, whylen, &opened);
+    if (!k)
+        return opened ? KL_E_KEY : KL_E_CONFIG;
+    uint8_t pk[KL_HPKE_MAX_ENC];
+    size_t pl = 0;
+    uint16_t kem = KL_HPKE_KEM_X25519;
+    if (kl_hpke_public(kem, k, pk, sizeof pk, &pl) != KL_OK) {
+        kem = KL_HPKE_KEM_P256;
+        if (kl_hpke_public(kem, k, pk, sizeof pk, &pl) != KL_OK) {
+            ERR_clear_error();
+            EVP_PKEY_free(k);
+            snprintf(why, whylen, "not an X25519 or P-256 key");
+            return KL_E_KEY;
+        }
+    }
+    kl_status s = sealing_self_test(kem, pk, pl, k);
+    ERR_clear_error();
+    if (s != KL_OK) {
+        EVP_PKEY_free(k);
+        snprintf(why, whylen,
+                 "the provider cannot do %s key agreement with it (%s)",
+                 kem == KL_HPKE_KEM_P256 ? "ECDH" : "X25519", kl_status_str(s));
+        return s == KL_E_NOMEM ? s : KL_E_KEY;
+    }
+    *out = k;
+    return KL_OK;
 }

@@ -14,6 +14,7 @@
 #include <openssl/obj_mac.h>
 #include <openssl/param_build.h>
 #include <openssl/params.h>
+#include <openssl/provider.h>
 
 /* Ndh = Nsecret = Nsk = 32 for both KEMs (RFC 9180 Table 2). */
 #define DH_LEN 32
@@ -330,12 +331,29 @@ static kl_status hook_dh(const dh_ref *r, uint16_t kem, EVP_PKEY *peer,
     return r->hook.dh(r->arg, kem, pke, n, out);
 }
 
+/* The property query that keeps a derive with sk in the provider that
+ * holds it: without one, OpenSSL 3.0 may fetch ECDH from the default
+ * provider and hand it sk's public half only (a TPM key through
+ * tpm2-openssl: "missing private key"). NULL for OpenSSL's own keys. */
+static const char *key_propq(const EVP_PKEY *sk, char *buf, size_t len)
+{
+    const OSSL_PROVIDER *p = EVP_PKEY_get0_provider(sk);
+    const char *name = p ? OSSL_PROVIDER_get0_name(p) : NULL;
+    if (!name || !strcmp(name, "default") || !strcmp(name, "fips") ||
+        !strcmp(name, "base"))
+        return NULL;
+    int n = snprintf(buf, len, "?provider=%s", name);
+    return n > 0 && (size_t)n < len ? buf : NULL;
+}
+
 /* DH(sk, pk): the X25519 result, or P-256's x-coordinate; 32 bytes. */
 static kl_status dh(uint16_t kem, EVP_PKEY *sk, EVP_PKEY *peer, uint8_t *out)
 {
     const dh_ref *hook = hook_of(sk);
-    EVP_PKEY_CTX *dctx =
-        hook ? NULL : EVP_PKEY_CTX_new_from_pkey(NULL, sk, NULL);
+    char pq[96];
+    EVP_PKEY_CTX *dctx = hook ? NULL
+                              : EVP_PKEY_CTX_new_from_pkey(
+                                    NULL, sk, key_propq(sk, pq, sizeof pq));
     if (!hook && !dctx)
         return KL_E_NOMEM;
     size_t n = DH_LEN;

@@ -11,7 +11,11 @@
  *   OpenSSL;
  * - a TPM that stops answering (swtpm stopped) is bounded by the request's
  *   deadline like a PKCS#11 token, while a file key beside it answers at
- *   once; once the TPM answers again, so do its keys. */
+ *   once; once the TPM answers again, so do its keys;
+ * - a persistent P-256 key, handle:0x81000002, is the sealing_key
+ *   (docs/SEALING.md "Node identity"): `keyless-seal pubkey` prints it
+ *   for the fleet file, a key sealed to it is opened at start - the ECDH
+ *   in the TPM - and signs. */
 #include "daemon.h"
 #include "net.h"
 #include "pki.h"
@@ -36,8 +40,8 @@
 static td_daemon d;
 static char *dir;
 static pid_t tpm_pid;
-static EVP_PKEY *ec_pub, *rsa_pub, *h_pub, *file_pub;
-static uint8_t ec_ski[20], rsa_ski[20], h_ski[20], file_ski[20];
+static EVP_PKEY *ec_pub, *rsa_pub, *h_pub, *file_pub, *sealed_pub;
+static uint8_t ec_ski[20], rsa_ski[20], h_ski[20], file_ski[20], sealed_ski[20];
 
 #define OSSL_TPM "openssl %s -provider tpm2 -provider default "
 
@@ -174,6 +178,19 @@ static void test_signs(void **state)
     kl_client_close(c);
 }
 
+/* The key sealed to the TPM's sealing key was opened and signs. */
+static void test_sealed_to_tpm(void **state)
+{
+    (void)state;
+    kl_client *c = td_connect(&d);
+    sign_and_verify(c, KL_OP_ECDSA_SIGN_SHA256, sealed_ski, sealed_pub);
+    kl_client_close(c);
+    char *log = td_read_log(&d);
+    if (strstr(log, "sealed key refused") || strstr(log, "held elsewhere"))
+        fail_msg("the sealed key was not opened:\n%s", log);
+    free(log);
+}
+
 static void test_stopped_tpm(void **state)
 {
     (void)state;
@@ -216,6 +233,14 @@ static void make_keys(void)
              "genpkey");
     tu_sh("chmod 600 %s/*.key", keys);
     tp_copy_key(keys, tp_path("keys/ecdsa-p256.key"));
+    EVP_PKEY *sk = tp_genkey(dir, "sealed.pem", "EC", "P-256", 0);
+    unsigned char *der = NULL;
+    int n = i2d_PUBKEY(sk, &der);
+    const unsigned char *q = der;
+    sealed_pub = d2i_PUBKEY(NULL, &q, n);
+    OPENSSL_free(der);
+    EVP_PKEY_free(sk);
+    tp_ski(sealed_pub, sealed_ski);
     /* a persistent key (tpm2-tools, no resource manager: flush between) */
     tu_sh_in(dir, "tpm2_createprimary -Q -C o -c primary.ctx && "
                   "tpm2_flushcontext -t && "
@@ -225,6 +250,23 @@ static void make_keys(void)
                   "tpm2_flushcontext -t && "
                   "tpm2_evictcontrol -Q -C o -c k.ctx 0x81000001 && "
                   "tpm2_flushcontext -t");
+    /* the sealing key: another persistent P-256 key; a file key sealed to
+     * it with keyless-seal (which reads the TPM through the provider) */
+    tu_sh_in(dir, "tpm2_create -Q -C primary.ctx -G ecc256 -u s.pub -r s.priv "
+                  "&& tpm2_flushcontext -t && "
+                  "tpm2_load -Q -C primary.ctx -u s.pub -r s.priv -c s.ctx && "
+                  "tpm2_flushcontext -t && "
+                  "tpm2_evictcontrol -Q -C o -c s.ctx 0x81000002 && "
+                  "tpm2_flushcontext -t");
+    tu_sh_in(dir,
+             "%s/keyless-seal pubkey --key handle:0x81000002 >node.pub "
+             "2>/dev/null && "
+             "printf 'nodes:\\n  - name: tpm\\n    attributes: {region: eu}\\n"
+             "    sealing_key: |\\n' >fleet.yaml && "
+             "sed 's/^/      /' node.pub >>fleet.yaml && "
+             "%s/keyless-seal seal --policy region=eu --fleet fleet.yaml "
+             "sealed.pem -o %s/sealed.sealed 2>/dev/null",
+             tu_bin_dir(), tu_bin_dir(), keys);
     snprintf(p[0], sizeof p[0], "%s/tpm-ec.key", keys);
     snprintf(p[1], sizeof p[1], "%s/tpm-rsa.key", keys);
     snprintf(p[2], sizeof p[2], "%s/h.pub.pem", dir);
@@ -289,6 +331,7 @@ static int setup(void **state)
     snprintf(st, sizeof st, "%s", stores);
     static const char *extra[3];
     extra[0] = st;
+    extra[1] = "--sealing-key=handle:0x81000002";
     td_opts o = {.name = "tpm-keys", .extra = extra};
     td_start(&d, &o);
     return 0;
@@ -307,6 +350,7 @@ static int teardown(void **state)
     EVP_PKEY_free(rsa_pub);
     EVP_PKEY_free(h_pub);
     EVP_PKEY_free(file_pub);
+    EVP_PKEY_free(sealed_pub);
     tp_rmtree(dir);
     free(listing);
     assert_int_equal(rc, 0);
@@ -318,6 +362,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_listed),
         cmocka_unit_test(test_signs),
+        cmocka_unit_test(test_sealed_to_tpm),
         cmocka_unit_test(test_stopped_tpm),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
