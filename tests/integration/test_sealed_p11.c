@@ -350,6 +350,17 @@ static void expect_start_error(const char *key_uri, const char *reason,
 static void test_start_errors(void **state)
 {
     (void)state;
+    /* --output-config shows the URI without its PIN */
+    char a_key[2100], kd[1100];
+    snprintf(a_key, sizeof a_key, "--sealing-key=%s", uri);
+    snprintf(kd, sizeof kd, "%s/keylessd", tu_bin_dir());
+    const char *argv[] = {kd, a_key, "--output-config", NULL};
+    char *out = NULL;
+    int st = td_run(argv, &out, 30000);
+    if (st != 0 || !strstr(out, "sealing_key: \"pkcs11:token=seal-node") ||
+        !strstr(out, "pin-value=REDACTED") || strstr(out, "pin-value=" PIN))
+        fail_msg("keylessd --output-config: exit %d:\n%s", st, out);
+    free(out);
     expect_start_error(uri_of("seal-node", "node", BAD_PIN),
                        "CKR_PIN_INCORRECT", "the PIN (pin-value= or");
     expect_start_error(uri_of("no-such-token", "node", PIN),
