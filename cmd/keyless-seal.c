@@ -174,9 +174,19 @@ static int read_private(const char *path, EVP_PKEY **key, uint8_t *ski)
     return k ? EXIT_OK : EXIT_USAGE;
 }
 
-/* A sealing private key: keygen's output (X25519 or P-256 PEM), or a
+/* Whether --key is an OSSL_STORE URI of another scheme than file: and
+ * pkcs11: (handle:0x81000001), not a path (a file of that name is one). */
+static bool store_uri(const char *v)
+{
+    size_t n = strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789+.-");
+    struct stat st;
+    return n > 1 && v[n] == ':' && strncmp(v, "file:", 5) != 0 &&
+           strncmp(v, "pkcs11:", 7) != 0 && stat(v, &st) != 0;
+}
+
+/* A sealing private key: keygen's output (X25519 or P-256 PEM), a
  * `pkcs11:` URI of a P-256 key on a token, which does the ECDH
- * (keys/p11_seal.c). */
+ * (keys/p11_seal.c), or a store URI of another provider's key. */
 static int read_node_key(const char *path, EVP_PKEY **key)
 {
     if (!strncmp(path, "pkcs11:", 7)) {
@@ -186,8 +196,7 @@ static int read_node_key(const char *path, EVP_PKEY **key)
             fprintf(stderr, "keyless-seal: --key (a PKCS#11 URI): %s\n", why);
         return s == KL_OK ? EXIT_OK : s == KL_E_CONFIG ? EXIT_USAGE : EXIT_FAIL;
     }
-    size_t sn = strspn(path, "abcdefghijklmnopqrstuvwxyz0123456789+.-");
-    if (sn > 1 && path[sn] == ':' && strncmp(path, "file:", 5) != 0) {
+    if (store_uri(path)) {
         /* a key another OpenSSL provider holds (handle:0x81000001) */
         char why[512];
         kl_status s =
@@ -429,10 +438,9 @@ static int cmd_pubkey(const opts *o)
     int rc = read_node_key(o->key, &k);
     if (rc == EXIT_OK) {
         char what[64];
-        size_t sn = strspn(o->key, "abcdefghijklmnopqrstuvwxyz0123456789+.-");
         snprintf(what, sizeof what, "the sealing key of --key is %s",
                  !strncmp(o->key, "pkcs11:", 7) ? "on a token"
-                 : sn > 1 && o->key[sn] == ':'  ? "a provider's"
+                 : store_uri(o->key)            ? "a provider's"
                                                 : "a file");
         print_public(k, what);
     }

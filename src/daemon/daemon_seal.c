@@ -40,11 +40,13 @@ static bool token_key(const kl_config *cfg, kl_daemon_seal *s)
 }
 
 /* Whether v is a URI of a scheme other than file: ("handle:0x81000001"),
- * not a path. */
+ * not a path (a file of that name is a path). */
 static bool store_uri(const char *v)
 {
     size_t n = strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789+.-");
-    return n > 1 && v[n] == ':' && strncmp(v, "file:", 5) != 0;
+    struct stat st;
+    return n > 1 && v[n] == ':' && strncmp(v, "file:", 5) != 0 &&
+           stat(v, &st) != 0;
 }
 
 /* Another scheme: an OSSL_STORE URI of a key an OpenSSL provider holds
