@@ -409,45 +409,6 @@ static int cmd_keygen(const opts *o)
     return rc;
 }
 
-/* The public half of a sealing key as the fleet file takes it: PEM on
- * stdout, the raw base64 form and the KEM on stderr (as keygen prints). */
-static void print_public(EVP_PKEY *k, const char *what)
-{
-    uint16_t kem = KL_HPKE_KEM_X25519;
-    uint8_t pk[KL_HPKE_MAX_ENC];
-    size_t pl = 0;
-    char b64[128];
-    if (kl_hpke_public(kem, k, pk, sizeof pk, &pl) != KL_OK) {
-        kem = KL_HPKE_KEM_P256;
-        if (kl_hpke_public(kem, k, pk, sizeof pk, &pl) != KL_OK)
-            return;
-    }
-    ERR_clear_error();
-    if (PEM_write_PUBKEY(stdout, k) != 1)
-        return;
-    EVP_EncodeBlock((unsigned char *)b64, pk, (int)pl);
-    fprintf(stderr,
-            "keyless-seal: %s (%s); its public half is above, or as raw "
-            "base64: %s\n",
-            what, kem == KL_HPKE_KEM_P256 ? "P-256" : "X25519", b64);
-}
-
-static int cmd_pubkey(const opts *o)
-{
-    EVP_PKEY *k = NULL;
-    int rc = read_node_key(o->key, &k);
-    if (rc == EXIT_OK) {
-        char what[64];
-        snprintf(what, sizeof what, "the sealing key of --key is %s",
-                 !strncmp(o->key, "pkcs11:", 7) ? "on a token"
-                 : store_uri(o->key)            ? "a provider's"
-                                                : "a file");
-        print_public(k, what);
-    }
-    EVP_PKEY_free(k);
-    return rc;
-}
-
 static int cmd_seal(const opts *o)
 {
     EVP_PKEY *key = NULL;
@@ -579,6 +540,45 @@ static int cmd_inspect(const opts *o)
     if (rc == EXIT_OK)
         kl_sealed_print(s, o->json, stdout);
     kl_sealed_free(s);
+    return rc;
+}
+
+/* The public half of a sealing key as the fleet file takes it: PEM on
+ * stdout, the raw base64 form and the KEM on stderr (as keygen prints). */
+static void print_public(EVP_PKEY *k, const char *what)
+{
+    uint16_t kem = KL_HPKE_KEM_X25519;
+    uint8_t pk[KL_HPKE_MAX_ENC];
+    size_t pl = 0;
+    char b64[128];
+    if (kl_hpke_public(kem, k, pk, sizeof pk, &pl) != KL_OK) {
+        kem = KL_HPKE_KEM_P256;
+        if (kl_hpke_public(kem, k, pk, sizeof pk, &pl) != KL_OK)
+            return;
+    }
+    ERR_clear_error();
+    if (PEM_write_PUBKEY(stdout, k) != 1)
+        return;
+    EVP_EncodeBlock((unsigned char *)b64, pk, (int)pl);
+    fprintf(stderr,
+            "keyless-seal: %s (%s); its public half is above, or as raw "
+            "base64: %s\n",
+            what, kem == KL_HPKE_KEM_P256 ? "P-256" : "X25519", b64);
+}
+
+static int cmd_pubkey(const opts *o)
+{
+    EVP_PKEY *k = NULL;
+    int rc = read_node_key(o->key, &k);
+    if (rc == EXIT_OK) {
+        char what[64];
+        snprintf(what, sizeof what, "the sealing key of --key is %s",
+                 !strncmp(o->key, "pkcs11:", 7) ? "on a token"
+                 : store_uri(o->key)            ? "a provider's"
+                                                : "a file");
+        print_public(k, what);
+    }
+    EVP_PKEY_free(k);
     return rc;
 }
 
