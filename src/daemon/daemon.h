@@ -19,15 +19,20 @@
 /* The whole program: returns the exit status. */
 int kl_daemon_main(int argc, char **argv, const char *version);
 
+/* Loads openssl_providers (docs/OPERATIONS.md "Accelerators and provider
+ * keys") before any key; false, each failure logged, when one cannot be. */
+bool kl_daemon_load_providers(const kl_config *cfg);
 /* Builds the key store the configuration names. tolerant (reload,
  * --check, --keystore-debug): a key or store that fails is reported and
  * skipped; otherwise the first failure stops the load (NULL). Key
  * directories holding certificates are reported (warnings). */
-/* Loads openssl_providers (docs/OPERATIONS.md "Accelerators and provider
- * keys") before any key; false, each failure logged, when one cannot be. */
-bool kl_daemon_load_providers(const kl_config *cfg);
 kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
                                  kl_problems *p);
+/* A reload's load: as tolerant as kl_daemon_load_keys(cfg, true, p), but
+ * NULL - keep every key loaded before - when sealing_key is set and cannot
+ * be opened, instead of a store where every sealed file is held elsewhere
+ * (docs/SEALING.md "keylessd and sealed keys"). */
+kl_keystore *kl_daemon_reload_keys(const kl_config *cfg, kl_problems *p);
 /* Explains what is wrong with auth_cert, auth_key and cloudflare_ca_cert
  * (tls/certcheck.h), then builds the TLS context; NULL when either failed
  * (every problem logged). */

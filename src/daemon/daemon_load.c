@@ -139,8 +139,8 @@ bool kl_daemon_load_providers(const kl_config *cfg)
     return ok;
 }
 
-kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
-                                 kl_problems *p)
+static kl_keystore *load_keys(const kl_config *cfg, bool tolerant,
+                              bool *seal_failed, kl_problems *p)
 {
     uint64_t t0 = kl_now_ns();
     size_t heap0 = heap_in_use();
@@ -156,7 +156,9 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
     kl_daemon_seal seal;
     if (!kl_daemon_seal_prepare(cfg, &seal, &ko)) {
         p->errors++; /* logged; sealed files are then held elsewhere */
-        if (!tolerant)
+        if (seal_failed)
+            *seal_failed = true;
+        if (!tolerant || seal_failed)
             return NULL;
     }
     kl_keystore *ks = kl_keystore_new(&ko);
@@ -225,6 +227,23 @@ kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
         kl_warn("no private keys loaded: every key operation will be "
                 "answered `key not found`; set private_key_stores or "
                 "--private-key-dirs");
+    return ks;
+}
+
+kl_keystore *kl_daemon_load_keys(const kl_config *cfg, bool tolerant,
+                                 kl_problems *p)
+{
+    return load_keys(cfg, tolerant, NULL, p);
+}
+
+kl_keystore *kl_daemon_reload_keys(const kl_config *cfg, kl_problems *p)
+{
+    bool seal_failed = false;
+    kl_keystore *ks = load_keys(cfg, true, &seal_failed, p);
+    if (seal_failed)
+        kl_error("reload: sealing_key cannot be opened (above): still "
+                 "serving every key loaded before, sealed ones included; "
+                 "fix it and reload again");
     return ks;
 }
 

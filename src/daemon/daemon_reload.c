@@ -204,7 +204,7 @@ void kl_reloader_run(kl_reloader *r, const char *why)
     cfg = r->cfg;
 
     kl_problems p = {0};
-    kl_keystore *ks = kl_daemon_load_keys(cfg, true, &p);
+    kl_keystore *ks = kl_daemon_reload_keys(cfg, &p);
     size_t before = kl_keystore_count(r->keys);
     if (ks && kl_keystore_count(ks) == 0 && before > 0 && p.errors > 0) {
         kl_error("reload: no key could be loaded (%zu problem(s) above); "

@@ -7,9 +7,10 @@
  * answered `key not found` (routing it is a later step); a tampered file
  * stops --check and is refused at a reload with a message naming it and
  * counted in keylessd_sealed_keys_refused_total, while the other keys
- * stay; a re-wrap that revokes this server makes the key held elsewhere
- * at the next reload; a sealed file copied into a watched directory is
- * served without a signal. */
+ * stay; a sealing key that cannot be opened at a reload keeps every key
+ * loaded before; a re-wrap that revokes this server makes the key held
+ * elsewhere at the next reload; a sealed file copied into a watched directory
+ * is served without a signal. */
 #include "daemon.h"
 #include "net.h"
 #include "pki.h"
@@ -281,6 +282,21 @@ static void test_tampered(void **state)
     unlink(at("keys/bad.sealed"));
 }
 
+/* The sealing key unreadable at a reload (here: group- and world-readable,
+ * which keylessd refuses): the reload is refused and every key loaded
+ * before - the sealed one included - is still served, not dropped as if
+ * every sealed file were held elsewhere. */
+static void test_sealing_key_lost(void **state)
+{
+    (void)state;
+    assert_int_equal(chmod(at("in.key"), 0644), 0);
+    td_signal(&d, SIGHUP);
+    wait_log("reload: sealing_key cannot be opened");
+    assert_true(log_has("in.key is readable by"));
+    expect_signs(pub_ec, "ECDSA-P-256 signature");
+    assert_int_equal(chmod(at("in.key"), 0600), 0);
+}
+
 /* This server revoked in the fleet: a rewrap to eu-west is refused (no
  * server left there), and a file sealed to the fleet without it is held
  * elsewhere at the next reload - the key it served is gone. */
@@ -357,6 +373,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_opened_and_elsewhere),
         cmocka_unit_test(test_tampered),
+        cmocka_unit_test(test_sealing_key_lost),
         cmocka_unit_test(test_revoked),
         cmocka_unit_test(test_watched),
     };
