@@ -155,6 +155,7 @@ class Sim:
         self.watch_events = []  # (t, name, "put"|"delete")
         self.router_events = []  # (t, router, name, "+"|"-")
         self.stop = threading.Event()
+        self.fast = threading.Event()  # poll at --poll-ms (else 250 ms)
 
     # -- plumbing --
 
@@ -364,7 +365,7 @@ class Sim:
             argv += [
                 "--router-cert=%s/client.crt" % self.pki,
                 "--router-key=%s/client.key" % self.pki,
-            ]
+            ] + a.egress_flags.split()
         p = self.spawn(argv, name + ".log", region=region)
         srv = {
             "name": name,
@@ -531,7 +532,7 @@ class Sim:
                         self.router_events.append((t, router["name"], n, "-"))
             held = names
             router["held"] = names
-            time.sleep(iv)
+            time.sleep(iv if self.fast.is_set() else 0.25)
         if conn:
             conn.close()
 
@@ -724,6 +725,32 @@ class Sim:
         return {"fds": fds, "conns_in": est_in, "conns_out": est_out,
                 "rss_kb": rss, "cpu_s": cpu}
 
+    def cpu(self):
+        """(CPU seconds of the simulation's processes and the driver,
+        CPU seconds of the whole machine, wall time)."""
+        hz = os.sysconf("SC_CLK_TCK")
+        mine = sum(os.times()[:2])
+        by = {"driver": mine}
+        roles = {s["proc"].pid: s["role"] for s in self.servers.values()}
+        for p in self.procs:
+            try:
+                with open("/proc/%d/stat" % p.pid) as fh:
+                    f = fh.read().rsplit(")", 1)[1].split()
+                c = (int(f[11]) + int(f[12])) / hz
+            except (OSError, IndexError):
+                continue
+            mine += c
+            argv = p.args[4:] if p.args[0] == "ip" else p.args
+            k = os.path.basename(argv[0])
+            if p.pid in roles:
+                k += "-" + roles[p.pid]
+            by[k] = by.get(k, 0.0) + c
+        self.cpu_by = by
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:]]
+        busy = (sum(f[:8]) - f[3] - f[4]) / hz
+        return mine, busy, now()
+
     def fleet_stats(self):
         out = {}
         for kind, lst in (("keys", self.key_servers()), ("egress", self.routers())):
@@ -895,8 +922,8 @@ def report(r):
     out = []
     out.append("| scenario | requests | failed | local p99 (worst region) ms | "
                "remote p99 (worst region) ms | convergence p50 / p99 / max ms "
-               "(samples) |")
-    out.append("|---|---|---|---|---|---|")
+               "(samples) | CPU: simulation / machine (cores) |")
+    out.append("|---|---|---|---|---|---|---|")
     for name, s in r["scenarios"].items():
         ok, err, rp, lp = bench_line(s["bench"])
         convs = [(k, v) for k, v in s.items() if k.endswith("convergence")]
@@ -906,8 +933,10 @@ def report(r):
                 fmt(v["p50_ms"]), fmt(v["p99_ms"]), fmt(v["max_ms"]), v["samples"])
             + (" missing %d" % v["missing"] if v["missing"] else "")
             for k, v in convs) or "-"
-        out.append("| %s | %d | %d | %s | %s | %s |" % (name, ok + err, err,
-                                                       fmt(lp, 1), fmt(rp, 1), cs))
+        c = s.get("cpu", {})
+        out.append("| %s | %d | %d | %s | %s | %s | %s / %s |" % (
+            name, ok + err, err, fmt(lp, 1), fmt(rp, 1), cs,
+            fmt(c.get("sim_cores"), 2), fmt(c.get("machine_busy_cores"), 2)))
     return "\n".join(out)
 
 
@@ -931,6 +960,8 @@ def main():
     ap.add_argument("--kill-gap", type=float, default=1.0)
     ap.add_argument("--poll-ms", type=int, default=20)
     ap.add_argument("--only", default="steady,joins,expiry,dc,hot,region")
+    ap.add_argument("--egress-flags", default="",
+                    help="more keylessd flags for the egress, space-separated")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("fleetsim: needs root (network namespaces)")
@@ -962,20 +993,46 @@ def main():
         time.sleep(3)  # connections opened and probed
         only = a.only.split(",")
         sc = results["scenarios"]
+
+        def run(name, fast, fn, *args):
+            # the CPU the simulation used, and the machine's (shared with
+            # other builds), while the scenario ran
+            if fast:
+                sim.fast.set()
+                time.sleep(0.3)
+            c0 = sim.cpu()
+            by0 = dict(sim.cpu_by)
+            sc[name] = fn(sim, *args)
+            c1 = sim.cpu()
+            by1 = sim.cpu_by
+            sim.fast.clear()
+            wall = c1[2] - c0[2]
+            sc[name]["cpu"] = {
+                "sim_cores": (c1[0] - c0[0]) / wall,
+                "machine_busy_cores": (c1[1] - c0[1]) / wall,
+                "loadavg": open("/proc/loadavg").read().split()[:3],
+                "by_process_cores": {
+                    k: round((v - by0.get(k, 0.0)) / wall, 3)
+                    for k, v in by1.items()},
+            }
+            log("%s: the simulation used %.2f cores, the machine %.2f" % (
+                name, sc[name]["cpu"]["sim_cores"],
+                sc[name]["cpu"]["machine_busy_cores"]))
+
         if "steady" in only:
-            sc["steady"] = sc_steady(sim, a.steady)
+            run("steady", False, sc_steady, a.steady)
         joined = []
         if "joins" in only:
-            sc["joins"] = sc_joins(sim, a.joins, a.join_gap)
+            run("joins", True, sc_joins, a.joins, a.join_gap)
             joined = sc["joins"]["joined"]
         if "expiry" in only and joined:
-            sc["expiry"] = sc_expiry(sim, joined, a.kill_gap)
+            run("expiry", True, sc_expiry, joined, a.kill_gap)
         if "dc" in only:
-            sc["dc_replaced"] = sc_dc_replace(sim, "sfo")
+            run("dc_replaced", True, sc_dc_replace, "sfo")
         if "hot" in only:
-            sc["hot_zone"] = sc_hot(sim, 20, a.hot_rate)
+            run("hot_zone", False, sc_hot, 20, a.hot_rate)
         if "region" in only:
-            sc["region_lost"] = sc_region_lost(sim, HOT_REGION)
+            run("region_lost", True, sc_region_lost, HOT_REGION)
     finally:
         sim.cleanup()
     for s in results["scenarios"].values():

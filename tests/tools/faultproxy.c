@@ -574,7 +574,9 @@ static void on_socket(conn *c, bool client_side, unsigned ev, uint64_t now)
  * the earliest pending chunk, refresh interest. */
 static void service_all(uint64_t now)
 {
-    uint64_t next = now + POLL_CONTROL_NS;
+    /* without a control file nothing needs a wake-up but the queues: an
+     * idle proxy sleeps (the fleet simulation runs about 200 of them) */
+    uint64_t next = control_path ? now + POLL_CONTROL_NS : UINT64_MAX;
     for (conn *c = conns, *n; c; c = n) {
         n = c->next;
         for (int k = 0; k < 2 && !c->dead; k++) {
@@ -587,9 +589,11 @@ static void service_all(uint64_t now)
     }
     if (stats_path && stats_dirty && now + STATS_EVERY_NS < next)
         next = now + STATS_EVERY_NS;
-    struct itimerspec its = {0};
-    its.it_value.tv_sec = (time_t)(next / 1000000000ull);
-    its.it_value.tv_nsec = (long)(next % 1000000000ull);
+    struct itimerspec its = {0}; /* all zero: disarmed */
+    if (next != UINT64_MAX) {
+        its.it_value.tv_sec = (time_t)(next / 1000000000ull);
+        its.it_value.tv_nsec = (long)(next % 1000000000ull);
+    }
     (void)timerfd_settime(timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
