@@ -555,6 +555,7 @@ class Sim:
         router's delay from the etcd event to its table holding (kind
         "put") or dropping ("delete") the server."""
         samples, per_change, missing, etcd_t = [], [], 0, {}
+        by_region = {}
         with self.lock:
             wev = list(self.watch_events)
             rev = list(self.router_events)
@@ -587,6 +588,7 @@ class Sim:
                     continue
                 d = max(0.0, t1 - t0)
                 samples.append(d)
+                by_region.setdefault(r["region"], []).append(d)
                 worst = max(worst, d)
             per_change.append(worst)
         return {
@@ -597,6 +599,7 @@ class Sim:
             "all_routers_p50_ms": pct(per_change, 50),
             "all_routers_max_ms": max(per_change) * 1000 if per_change else None,
             "missing": missing,
+            "by_router_region_p50_ms": {k: pct(v, 50) for k, v in by_region.items()},
             "etcd_t": etcd_t,
         }
 
@@ -838,7 +841,8 @@ def sc_expiry(sim, names, gap):
     expiry = [conv["etcd_t"][n] - kills[n] for n in names if n in conv["etcd_t"]]
     return {"bench": res, "convergence": conv,
             "kill_to_delete_s": {"min": min(expiry) if expiry else None,
-                                 "max": max(expiry) if expiry else None}}
+                                 "max": max(expiry) if expiry else None,
+                                 "each": expiry}}
 
 
 def sc_dc_replace(sim, region):
