@@ -845,21 +845,30 @@ def sc_expiry(sim, names, gap):
                                  "each": expiry}}
 
 
-def sc_dc_replace(sim, region):
+def sc_dc_replace(sim, region, sig=signal.SIGKILL, tag="r"):
     olds = [s for s in sim.key_servers() if s["region"] == region]
-    log("DC replaced under load: %d servers of %s" % (len(olds), region))
+    log("DC replaced under load: %d servers of %s, the old ones by %s" % (
+        len(olds), region, signal.Signals(sig).name))
     secs = int(sim.a.ttl + 25)
     b = sim.workload(secs)
     time.sleep(2)
     since = now()
     news = []
     for i, o in enumerate(olds):
-        news.append(sim.start_server("%s-r%d" % (region, i), region, "keys",
-                                     o["sets"])["name"])
+        news.append(sim.start_server("%s-%s%d" % (region, tag, i), region,
+                                     "keys", o["sets"])["name"])
     sim.wait_for(lambda: sim.all_routers_hold(news), 20, "new DC in every table")
     t_kill = now()
     for o in olds:
-        sim.kill(o)
+        o["proc"].send_signal(sig)
+    for o in olds:
+        try:
+            o["proc"].wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            log("%s: no exit 30 s after %s; SIGKILL" % (o["name"], sig))
+            o["proc"].kill()
+            o["proc"].wait()
+        o["alive"] = False
     oldn = [o["name"] for o in olds]
     sim.wait_for(lambda: sim.all_routers_hold(oldn, False), sim.a.ttl + 20,
                  "old DC out of every table")
@@ -963,7 +972,8 @@ def main():
     ap.add_argument("--join-gap", type=float, default=1.5)
     ap.add_argument("--kill-gap", type=float, default=1.0)
     ap.add_argument("--poll-ms", type=int, default=20)
-    ap.add_argument("--only", default="steady,joins,expiry,dc,hot,region")
+    ap.add_argument("--only",
+                    default="steady,joins,expiry,dc,dcterm,hot,region")
     ap.add_argument("--egress-flags", default="",
                     help="more keylessd flags for the egress, space-separated")
     a = ap.parse_args()
@@ -1033,6 +1043,9 @@ def main():
             run("expiry", True, sc_expiry, joined, a.kill_gap)
         if "dc" in only:
             run("dc_replaced", True, sc_dc_replace, "sfo")
+        if "dcterm" in only:
+            run("dc_replaced_sigterm", True, sc_dc_replace, "fra",
+                signal.SIGTERM, "t")
         if "hot" in only:
             run("hot_zone", False, sc_hot, 20, a.hot_rate)
         if "region" in only:
