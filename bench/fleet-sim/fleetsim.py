@@ -418,6 +418,28 @@ class Sim:
     def etcd_get(self, path):
         return http_get(ETCD_REGION, ETCD_PORT, path)
 
+    def etcd_post(self, path, obj):
+        c = NsHTTP(ETCD_REGION, ETCD_PORT, timeout=5)
+        try:
+            c.request("POST", path, body=json.dumps(obj),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            return json.loads(r.read().decode())
+        finally:
+            c.close()
+
+    def mark_draining(self, name):
+        """Rewrites name's record with health "draining" on its own lease,
+        as keylessd does at SIGTERM, without stopping it."""
+        key = base64.b64encode((PREFIX + "dir/servers/" + name).encode()).decode()
+        kv = self.etcd_post("/v3/kv/range", {"key": key})["kvs"][0]
+        rec = json.loads(base64.b64decode(kv["value"]))
+        rec["health"] = "draining"
+        self.etcd_post("/v3/kv/put", {
+            "key": key,
+            "value": base64.b64encode(json.dumps(rec).encode()).decode(),
+            "lease": kv["lease"]})
+
     def etcd_metrics(self):
         st, body = self.etcd_get("/metrics")
         want = {
@@ -845,7 +867,7 @@ def sc_expiry(sim, names, gap):
                                  "each": expiry}}
 
 
-def sc_dc_replace(sim, region, sig=signal.SIGKILL, tag="r"):
+def sc_dc_replace(sim, region, sig=signal.SIGKILL, tag="r", drain_first=0.0):
     olds = [s for s in sim.key_servers() if s["region"] == region]
     log("DC replaced under load: %d servers of %s, the old ones by %s" % (
         len(olds), region, signal.Signals(sig).name))
@@ -858,6 +880,12 @@ def sc_dc_replace(sim, region, sig=signal.SIGKILL, tag="r"):
         news.append(sim.start_server("%s-%s%d" % (region, tag, i), region,
                                      "keys", o["sets"])["name"])
     sim.wait_for(lambda: sim.all_routers_hold(news), 20, "new DC in every table")
+    if drain_first:
+        # what a drain that waits for the routers would do: the records say
+        # draining first, the servers go drain_first seconds later
+        for o in olds:
+            sim.mark_draining(o["name"])
+        time.sleep(drain_first)
     t_kill = now()
     for o in olds:
         o["proc"].send_signal(sig)
@@ -973,7 +1001,7 @@ def main():
     ap.add_argument("--kill-gap", type=float, default=1.0)
     ap.add_argument("--poll-ms", type=int, default=20)
     ap.add_argument("--only",
-                    default="steady,joins,expiry,dc,dcterm,hot,region")
+                    default="steady,joins,expiry,dc,dcterm,dcdrain,hot,region")
     ap.add_argument("--egress-flags", default="",
                     help="more keylessd flags for the egress, space-separated")
     a = ap.parse_args()
@@ -1046,6 +1074,9 @@ def main():
         if "dcterm" in only:
             run("dc_replaced_sigterm", True, sc_dc_replace, "fra",
                 signal.SIGTERM, "t")
+        if "dcdrain" in only:
+            run("dc_replaced_drain_first", True, sc_dc_replace, "sin",
+                signal.SIGTERM, "d", 1.0)
         if "hot" in only:
             run("hot_zone", False, sc_hot, 20, a.hot_rate)
         if "region" in only:
