@@ -97,11 +97,14 @@ clean:
 #   make soak [SOAK_SECONDS=600]  the soak test, long
 #   make fleet-outage [FLEET_OUTAGE_SECONDS=30]  test_fleet_routing with etcd
 #                             down that long under load (the suite: 6 s)
+#   make fleet-sim [FLEET_SIM_ARGS=...]  the fleet simulation, 50 keylessd in
+#                             5 regions (bench/fleet-sim, docs/FLEET.md); root
 SOAK_SECONDS ?= 600
 OVERLOAD_SECONDS ?= 30
 FLEET_OUTAGE_SECONDS ?= 30
 
-.PHONY: valgrind overload soak fleet-outage
+.PHONY: valgrind overload soak fleet-outage fleet-sim
+FLEET_SIM_ARGS ?=
 
 valgrind: build
 	@bash tests/valgrind/run.sh $(BUILD)
@@ -120,6 +123,10 @@ soak: build
 fleet-outage: build
 	@$(KL_RUN_ENV) KL_FLEET_OUTAGE_SECONDS=$(FLEET_OUTAGE_SECONDS) \
 	    $(BUILD)/test_fleet_routing
+
+# Not in CI: about 4 minutes and 2 GB; builds only what it runs.
+fleet-sim: deps
+	@bash bench/fleet-sim/run.sh $(BUILD) $(FLEET_SIM_ARGS)
 
 # ---- Packaging: install, Debian package, packaging tests ----
 #   make install [PREFIX=/usr/local] [DESTDIR=/tmp/stage]

@@ -5,6 +5,7 @@
  *
  *   faultproxy --target HOST:PORT [--listen PORT] [--port-file F]
  *              [--control F] [--stats F] [--latency MS]
+ *              [--listen-netns F] [--target-netns F]
  *
  * It listens on 127.0.0.1 (port 0: any; the port is written to --port-file
  * once listening) and forwards every connection to the target as raw TCP,
@@ -29,6 +30,14 @@
  * bounded: a direction that holds QUEUE_MAX bytes stops reading its source
  * (TCP backpressure) until it drains.
  *
+ * --listen-netns and --target-netns (a network namespace's file, e.g.
+ * /run/netns/NAME; root only) put the listening socket, or the sockets
+ * toward the target, in that namespace instead of the proxy's own: one
+ * proxy joins two namespaces that share no interface, which is how
+ * bench/fleet-sim gives each pair of regions its own round trip with the
+ * same advertised address everywhere (docs/FLEET.md "The fleet
+ * simulation").
+ *
  * The stats file (rewritten atomically when something changed, at most
  * every 20 ms) holds "accepted= active= bytes_up= bytes_down=
  * bytes_blackholed=" - bytes_up counts bytes delivered to the target,
@@ -43,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -564,7 +574,9 @@ static void on_socket(conn *c, bool client_side, unsigned ev, uint64_t now)
  * the earliest pending chunk, refresh interest. */
 static void service_all(uint64_t now)
 {
-    uint64_t next = now + POLL_CONTROL_NS;
+    /* without a control file nothing needs a wake-up but the queues: an
+     * idle proxy sleeps (the fleet simulation runs about 200 of them) */
+    uint64_t next = control_path ? now + POLL_CONTROL_NS : UINT64_MAX;
     for (conn *c = conns, *n; c; c = n) {
         n = c->next;
         for (int k = 0; k < 2 && !c->dead; k++) {
@@ -577,9 +589,11 @@ static void service_all(uint64_t now)
     }
     if (stats_path && stats_dirty && now + STATS_EVERY_NS < next)
         next = now + STATS_EVERY_NS;
-    struct itimerspec its = {0};
-    its.it_value.tv_sec = (time_t)(next / 1000000000ull);
-    its.it_value.tv_nsec = (long)(next % 1000000000ull);
+    struct itimerspec its = {0}; /* all zero: disarmed */
+    if (next != UINT64_MAX) {
+        its.it_value.tv_sec = (time_t)(next / 1000000000ull);
+        its.it_value.tv_nsec = (long)(next % 1000000000ull);
+    }
     (void)timerfd_settime(timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
@@ -605,14 +619,26 @@ static void usage(void)
 {
     fprintf(stderr, "usage: faultproxy --target HOST:PORT [--listen PORT] "
                     "[--port-file F] [--control F] [--stats F] "
-                    "[--latency MS]\n");
+                    "[--latency MS] [--listen-netns F] [--target-netns F]\n");
     exit(2);
+}
+
+/* Enters the network namespace of file path (NULL: none); sockets created
+ * after it belong to that namespace, and keep it. */
+static void enter_netns(const char *path)
+{
+    if (!path)
+        return;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
+        die(path);
+    close(fd);
 }
 
 int main(int argc, char **argv)
 {
     unsigned listen_port = 0;
-    const char *port_file = NULL;
+    const char *port_file = NULL, *listen_ns = NULL, *target_ns = NULL;
     bool have_target = false;
     /* every flag takes a value: step over flag and value together */
     for (int i = 1; i < argc; i += 2) {
@@ -631,6 +657,10 @@ int main(int argc, char **argv)
             stats_path = v;
         else if (!strcmp(a, "--latency"))
             g.lat_up = g.lat_down = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--listen-netns"))
+            listen_ns = v;
+        else if (!strcmp(a, "--target-netns"))
+            target_ns = v;
         else
             usage();
     }
@@ -643,6 +673,12 @@ int main(int argc, char **argv)
     rnd ^= (uint64_t)getpid() * 0x2545f4914f6cdd1dull;
     poll_control();
 
+    /* the listener in its namespace, then the namespace of the target
+     * (each socket keeps the one it was made in) */
+    int home_ns = target_ns || !listen_ns
+                      ? -1
+                      : open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    enter_netns(listen_ns);
     lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     (void)setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -652,6 +688,11 @@ int main(int argc, char **argv)
     if (lfd < 0 || bind(lfd, (struct sockaddr *)&la, sizeof la) != 0 ||
         listen(lfd, 512) != 0)
         die("listen");
+    if (target_ns)
+        enter_netns(target_ns);
+    else if (home_ns >= 0 &&
+             (setns(home_ns, CLONE_NEWNET) != 0 || close(home_ns) != 0))
+        die("back to the proxy's own network namespace");
     socklen_t ll = sizeof la;
     (void)getsockname(lfd, (struct sockaddr *)&la, &ll);
     epfd = epoll_create1(EPOLL_CLOEXEC);
