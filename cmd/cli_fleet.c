@@ -23,6 +23,8 @@ typedef struct fopts {
     const char *urls[KL_ETCD_MAX_ENDPOINTS];
     size_t n;
     const char *prefix, *ca, *cert, *key, *regions, *skis_file;
+    const char *user, *password_file; /* etcd password auth */
+    const char *router;               /* a router's metrics URL */
     bool json;
 } fopts;
 
@@ -42,6 +44,9 @@ static int parse(fopts *o, int argc, char **argv, int *first)
         {"etcd-ca", required_argument, NULL, 'A'},
         {"etcd-cert", required_argument, NULL, 'C'},
         {"etcd-key", required_argument, NULL, 'K'},
+        {"etcd-user", required_argument, NULL, 'U'},
+        {"etcd-password-file", required_argument, NULL, 'P'},
+        {"router", required_argument, NULL, 'R'},
         {"regions", required_argument, NULL, 'r'},
         {"skis", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
@@ -61,6 +66,9 @@ static int parse(fopts *o, int argc, char **argv, int *first)
         case 'A': o->ca = optarg; break;
         case 'C': o->cert = optarg; break;
         case 'K': o->key = optarg; break;
+        case 'U': o->user = optarg; break;
+        case 'P': o->password_file = optarg; break;
+        case 'R': o->router = optarg; break;
         case 'r': o->regions = optarg; break;
         case 's': o->skis_file = optarg; break;
         case 'j': o->json = true; break;
@@ -83,6 +91,8 @@ static int client(const fopts *o, kl_etcd **c)
                        .ca_file = o->ca,
                        .cert_file = o->cert,
                        .key_file = o->key,
+                       .user = o->user,
+                       .password_file = o->password_file,
                        .timeout_ms = 30000};
     char err[1024];
     if (kl_etcd_new(&eo, c, err, sizeof err) != KL_OK)
