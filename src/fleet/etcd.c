@@ -369,6 +369,18 @@ static kl_status http_error(long code, const sink *s, const char *ep,
 {
     kl_etcd_error e;
     *next = code == 502 || code == 503;
+    if (s->data && code == 400 && strstr(s->data, "CommonName of client")) {
+        /* etcd 3.4 with auth on refuses, through its gateway, a client
+         * certificate that has a CommonName (it would not map it to a
+         * user as it does over gRPC) */
+        kl_errf(err, errlen,
+                "etcd at %s refuses a client certificate with a CommonName "
+                "through its gateway while auth is enabled: give this client "
+                "an etcd certificate without a CN (docs/FLEET.md \"etcd roles "
+                "(operator's setup)\")",
+                ep);
+        return KL_E_CONFIG;
+    }
     if (!s->data || !kl_etcd_parse_error(s->data, s->len, &e)) {
         kl_errf(err, errlen,
                 "etcd at %s: HTTP %ld without an etcd error "

@@ -172,6 +172,17 @@ static void on_message(kl_etcd_watch *w, const char *line, size_t len)
     const char *ep = w->conf.endpoints[w->ep];
     kl_etcd_watch_msg m;
     char err[256];
+    static const char cn[] = "CommonName of client";
+    if (memmem(line, len, cn, sizeof cn - 1)) {
+        /* etcd.c's http_error says why */
+        fail(w, KL_E_CONFIG,
+             "etcd at %s refuses a client certificate with a CommonName "
+             "through its gateway while auth is enabled: give this client "
+             "an etcd certificate without a CN (docs/FLEET.md \"etcd roles "
+             "(operator's setup)\")",
+             ep);
+        return;
+    }
     kl_status st =
         kl_etcd_parse_watch(line, len, &m, deliver, w, err, sizeof err);
     if (st != KL_OK) {

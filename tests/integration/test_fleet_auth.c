@@ -25,7 +25,11 @@
  *   whoever calls, and registration succeeds once the file is fixed;
  * - keylessd: --check names a password file others can read; a wrong
  *   password or another server's user is logged clearly while keylessd
- *   serves its keys, and it registers once the password file is fixed. */
+ *   serves its keys, and it registers once the password file is fixed;
+ * - mutual TLS and auth together: etcd 3.4's gateway refuses a client
+ *   certificate with a CommonName while auth is on (said clearly, for
+ *   calls and the watch); one without a CN and a user works, the user's
+ *   roles apply; no user is refused. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -552,6 +556,93 @@ static void test_daemon(void **state)
     kl_etcd_free(rd);
 }
 
+/* Mutual TLS and password auth together, as docs/FLEET.md sets them up:
+ * the certificate gets a client to the gateway, the user decides what it
+ * may do. */
+static void test_tls_and_auth(void **state)
+{
+    (void)state;
+    te_cluster tc;
+    te_start_auth(&tc, 1, true, 0);
+    te_ctl(&tc, "role add keyless-server-a-1");
+    te_ctl(&tc, "role grant-permission keyless-server-a-1 readwrite "
+                "/t/dir/servers/a-1");
+    te_ctl(&tc, "role grant-permission keyless-server-a-1 read --prefix /t/");
+    te_ctl(&tc, "user add a-1 --new-user-password 'pw-a \\\"1\"'");
+    te_ctl(&tc, "user grant-role a-1 keyless-server-a-1");
+    te_auth_enable(&tc);
+    const char *urls[TE_MAX_MEMBERS];
+    te_endpoints(&tc, urls);
+    /* a client certificate without a CommonName (etcd's gateway refuses
+     * one with a CN while auth is on) */
+    char ext[1300];
+    snprintf(ext, sizeof ext, "%s/nocn-ext.cnf", dir);
+    FILE *f = fopen(ext, "w");
+    assert_non_null(f);
+    fputs("basicConstraints=critical,CA:FALSE\n"
+          "keyUsage=critical,digitalSignature\n"
+          "extendedKeyUsage=clientAuth\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    tu_sh("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+          "-nodes -keyout %s/nocn.key -subj '/O=keyless fleet' 2>/dev/null | "
+          "openssl x509 -req -CA %s -CAkey %s -days 2 -extfile %s "
+          "-out %s/nocn.crt 2>/dev/null",
+          dir, tp_path("ca.crt"), tp_path("ca.key"), ext, dir);
+    char nocn_crt[1300], nocn_key[1300];
+    snprintf(nocn_crt, sizeof nocn_crt, "%s/nocn.crt", dir);
+    snprintf(nocn_key, sizeof nocn_key, "%s/nocn.key", dir);
+    kl_etcd_opts o = {.endpoints = urls,
+                      .n_endpoints = 1,
+                      .timeout_ms = 3000,
+                      .ca_file = tp_path("ca.crt"),
+                      .cert_file = tp_path("client.crt"),
+                      .key_file = tp_path("client.key"),
+                      .user = "a-1",
+                      .password_file = pw_a};
+    kl_etcd *a, *anon, *cn;
+    char err[512] = "";
+    /* the test PKI's client certificate has a CN: refused, said so */
+    ec_ok(kl_etcd_new(&o, &cn, err, sizeof err), err);
+    ec_status(put(cn, PREFIX "dir/servers/a-1", 0, err, sizeof err),
+              KL_E_CONFIG, err);
+    ec_expect(err, "an etcd certificate without a CN");
+    kl_etcd_watch *w;
+    ec_ok(kl_etcd_watch_new(cn, PREFIX "dir/", 7, 0, &w, err, sizeof err), err);
+    kl_etcd_free(cn);
+    o.cert_file = nocn_crt;
+    o.key_file = nocn_key;
+    ec_ok(kl_etcd_new(&o, &a, err, sizeof err), err);
+    o.user = o.password_file = NULL;
+    ec_ok(kl_etcd_new(&o, &anon, err, sizeof err), err);
+    ec_ok(put(a, PREFIX "dir/servers/a-1", 0, err, sizeof err), err);
+    ec_status(put(a, PREFIX "dir/servers/b-1", 0, err, sizeof err), KL_E_CONFIG,
+              err);
+    ec_expect(err, "permission denied: etcd user \"a-1\"");
+    /* without a user: no token, and the gateway's own certificate is no
+     * user: refused */
+    kl_status st = put(anon, PREFIX "dir/servers/a-1", 0, err, sizeof err);
+    fprintf(stderr, "TLS, no user: %s\n", err);
+    ec_status(st, KL_E_CONFIG, err);
+    /* the watch with the CN certificate: refused too, said so */
+    kl_etcd_watch *wa;
+    ec_ok(kl_etcd_watch_new(a, PREFIX "dir/", 7, 0, &wa, err, sizeof err), err);
+    double until = td_now_ms() + 3000;
+    while (!kl_etcd_watch_connected(wa) && td_now_ms() < until)
+        ec_ok(kl_etcd_watch_step(wa, 50, NULL, NULL, err, sizeof err), err);
+    assert_true(kl_etcd_watch_connected(wa));
+    kl_etcd_watch_free(wa);
+    st = KL_OK;
+    until = td_now_ms() + 3000;
+    while (st == KL_OK && td_now_ms() < until)
+        st = kl_etcd_watch_step(w, 50, NULL, NULL, err, sizeof err);
+    ec_status(st, KL_E_CONFIG, err);
+    kl_etcd_watch_free(w);
+    kl_etcd_free(a);
+    kl_etcd_free(anon);
+    te_stop(&tc);
+}
+
 int main(void)
 {
     /* in order: the first enables auth */
@@ -563,6 +654,7 @@ int main(void)
         cmocka_unit_test(test_watch_token_expiry),
         cmocka_unit_test(test_wrong_password),
         cmocka_unit_test(test_daemon),
+        cmocka_unit_test(test_tls_and_auth),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
