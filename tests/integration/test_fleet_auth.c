@@ -26,15 +26,21 @@
  * - keylessd: --check names a password file others can read; a wrong
  *   password or another server's user is logged clearly while keylessd
  *   serves its keys, and it registers once the password file is fixed;
+ *   a router keylessd reading the directory as the read-only user stays
+ *   in sync while its tokens expire between reads;
  * - mutual TLS and auth together: etcd 3.4's gateway refuses a client
  *   certificate with a CommonName while auth is on (said clearly, for
  *   calls and the watch); one without a CN and a user works, the user's
  *   roles apply; no user is refused. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "etcd_common.h"
 #include "fleet/member.h"
@@ -436,6 +442,29 @@ static void test_wrong_password(void **state)
 
 /* ---- keylessd --------------------------------------------------------- */
 
+/* The value of series name on 127.0.0.1:port/metrics (-1: absent or no
+ * answer yet). */
+static double metric(uint16_t port, const char *name)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool up = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!up)
+        return -1;
+    char *body = NULL;
+    assert_int_equal(tn_http_get(port, "/metrics", &body), 200);
+    char needle[128];
+    snprintf(needle, sizeof needle, "\n%s ", name);
+    const char *at = strstr(body, needle);
+    double v = at ? strtod(at + strlen(needle), NULL) : -1;
+    free(body);
+    return v;
+}
+
 static void daemon_flags(char flags[8][1300], const char *name,
                          const char *user, const char *pwfile, const char *more,
                          const char *argv[14])
@@ -528,6 +557,43 @@ static void test_daemon(void **state)
     assert_int_equal(health_of(rd, "b-1"), KL_FLEET_HEALTH_OK);
     td_expect_ping(&d, cl);
     kl_client_close(cl);
+
+    /* a router reading the directory as the read-only user, its tokens
+     * expiring between the liveness reads (every 2 s): in sync, and b-1
+     * listed */
+    uint16_t mport = tn_free_port();
+    static char rf[6][1300];
+    snprintf(rf[0], sizeof rf[0], "--fleet-etcd-endpoints=%s",
+             cluster.m[0].url);
+    snprintf(rf[1], sizeof rf[1], "--fleet-etcd-password-file=%s", pw_rt);
+    snprintf(rf[2], sizeof rf[2], "--router-cert=%s", tp_path("client.crt"));
+    snprintf(rf[3], sizeof rf[3], "--router-key=%s", tp_path("client.key"));
+    snprintf(rf[4], sizeof rf[4], "--metrics-port=%u", mport);
+    const char *rfl[] = {rf[0],
+                         rf[1],
+                         rf[2],
+                         rf[3],
+                         rf[4],
+                         "--fleet-prefix=" PREFIX,
+                         "--fleet-etcd-user=rt",
+                         NULL};
+    td_daemon rtd;
+    td_opts ro = {.name = "auth-rt", .key_dirs = keydir, .extra = rfl};
+    td_start(&rtd, &ro);
+    until = td_now_ms() + 5000;
+    while ((metric(mport, "keylessd_fleet_directory_in_sync") != 1 ||
+            metric(mport, "keylessd_fleet_directory_servers") != 1) &&
+           td_now_ms() < until)
+        ec_sleep_ms(50);
+    assert_true(metric(mport, "keylessd_fleet_directory_in_sync") == 1);
+    assert_true(metric(mport, "keylessd_fleet_directory_servers") == 1);
+    ec_sleep_ms(4500); /* two liveness reads, each with a new token */
+    assert_true(metric(mport, "keylessd_fleet_directory_in_sync") == 1);
+    log = td_read_log(&rtd);
+    assert_null(strstr(log, "out of sync"));
+    free(log);
+    assert_int_equal(td_stop(&rtd, 0), 0);
+
     assert_int_equal(td_stop(&d, 0), 0);
     assert_int_equal(health_of(rd, "b-1"), -1); /* revoked at the stop */
 
