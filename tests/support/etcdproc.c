@@ -350,7 +350,7 @@ void te_ctl(const te_cluster *c, const char *fmt, ...)
                  "package etcd-client (scripts/install-deps.sh)");
     char out[1200];
     snprintf(out, sizeof out, "%s/etcdctl.out", c->dir);
-    char cmd[4096];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "env -i PATH=/usr/bin:/bin ETCDCTL_API=3 etcdctl --endpoints %s "
              "%s %s %s >%s 2>&1",
