@@ -480,7 +480,7 @@ static int cmd_list(const fopts *o)
                           "servers", servers, "sets", sets, "region_codes",
                           codes, "skipped", skipped);
             if (routes) {
-                json_object_set(all, "router", json_string(o->router));
+                json_object_set_new(all, "router", json_string(o->router));
                 json_object_set(all, "router_only", others);
             }
             json_dumpf(all, stdout, JSON_INDENT(2));
