@@ -2,7 +2,8 @@
 /* libFuzzer target for the etcd gateway's answers (fleet/etcd.h): the
  * bodies keylessd reads from etcd, which it must treat as untrusted (a
  * proxy, a wrong port, a cut connection). Input: one byte choosing the
- * parser (range, write, lease, keepalive, watch message, error), then the
+ * parser (range, write, lease, keepalive, watch message, error, lease
+ * time to live, authenticate), then the
  * body. Checked: a failure leaves nothing allocated and no partial
  * answer, its message is terminated and fits its buffer; a success gives
  * keys and values of the lengths it says (read in full, so ASan sees an
@@ -54,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[160];
     memset(err, 'x', sizeof err);
     kl_status st;
-    switch (data[0] % 6) {
+    switch (data[0] % 8) {
     case 0: {
         kl_etcd_page p;
         st = kl_etcd_parse_range(body, len, &p, err, sizeof err);
@@ -79,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 2:
     case 3: {
         int64_t id = -1, ttl = -1;
-        st = kl_etcd_parse_lease(body, len, data[0] % 6 == 3, &id, &ttl, err,
+        st = kl_etcd_parse_lease(body, len, data[0] % 8 == 3, &id, &ttl, err,
                                  sizeof err);
         if (st != KL_OK)
             CHECK(id == 0 && ttl == 0);
@@ -92,8 +93,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (st == KL_OK) {
             CHECK(n == m.n_events);
             check_message(m.error.message, sizeof m.error.message);
+            check_message(m.cancel_reason, sizeof m.cancel_reason);
         } else {
             CHECK(n == 0);
+        }
+        break;
+    }
+    case 6: {
+        int64_t ttl = 5, granted = 5;
+        st = kl_etcd_parse_timetolive(body, len, &ttl, &granted, err,
+                                      sizeof err);
+        if (st != KL_OK)
+            CHECK(ttl == 0 && granted == 0);
+        break;
+    }
+    case 7: {
+        char tok[KL_ETCD_TOKEN_MAX];
+        st = kl_etcd_parse_auth(body, len, tok, sizeof tok, err, sizeof err);
+        if (st == KL_OK) {
+            /* it goes into a header line */
+            CHECK(tok[0] != 0);
+            for (const char *p = tok; *p; p++)
+                CHECK(*p > 0x20 && *p < 0x7f);
+        } else {
+            CHECK(tok[0] == 0);
         }
         break;
     }

@@ -78,6 +78,8 @@ typedef struct kl_config {
      * fleet (options_fleet.inc) */
     char *fleet_etcd_endpoints; /* comma list */
     char *fleet_etcd_ca, *fleet_etcd_cert, *fleet_etcd_key;
+    /* etcd password auth: unset user: none */
+    char *fleet_etcd_user, *fleet_etcd_password_file;
     char *fleet_prefix;
     char *fleet_name; /* unset: not registered, the directory only read */
     char *fleet_region;

@@ -239,7 +239,9 @@ static bool ready(void *arg, char *reason, size_t len)
 
 /* /remotes (docs/METRICS.md, docs/ROUTING.md): 200 while at least one
  * remote of the routing table answers its pings, else 503; the body says
- * how many and lists each (name, region, up or down). HTTP thread. */
+ * how many and lists each (name, region, up or down, the moving average
+ * of its round trips or "-" before the first; keyless-cli fleet --router
+ * reads it). HTTP thread. */
 static bool remotes(void *arg, char *out, size_t len)
 {
     kl_daemon_ext *x = arg;
@@ -254,8 +256,11 @@ static bool remotes(void *arg, char *out, size_t len)
     for (size_t i = 0; i < got && i < 64 && at < len; i++) {
         if (!st[i].in_table)
             continue;
-        w = snprintf(out + at, len - at, "%s %s %s\n", st[i].name, st[i].region,
-                     st[i].up ? "up" : "down");
+        char lat[32] = "-";
+        if (st[i].ewma_ms >= 0)
+            snprintf(lat, sizeof lat, "%.3fms", st[i].ewma_ms);
+        w = snprintf(out + at, len - at, "%s %s %s %s\n", st[i].name,
+                     st[i].region, st[i].up ? "up" : "down", lat);
         at = w > 0 && (size_t)w < len - at ? at + (size_t)w : len;
     }
     return up > 0;

@@ -53,7 +53,11 @@ static kl_etcd_opts etcd_opts(const kl_config *cfg, const endpoints *e)
                           .n_endpoints = e->n,
                           .ca_file = or_null(cfg->fleet_etcd_ca),
                           .cert_file = or_null(cfg->fleet_etcd_cert),
-                          .key_file = or_null(cfg->fleet_etcd_key)};
+                          .key_file = or_null(cfg->fleet_etcd_key),
+                          .user = or_null(cfg->fleet_etcd_user),
+                          .password_file =
+                              or_null(cfg->fleet_etcd_password_file),
+                          .password_any_mode = cfg->allow_group_readable_keys};
 }
 
 bool kl_dfleet_configured(const kl_config *cfg)
@@ -185,6 +189,23 @@ void kl_dfleet_check(const kl_config *cfg, kl_problems *p)
     char err[1024] = "";
     kl_etcd *c = NULL;
     kl_etcd_opts o = etcd_opts(cfg, &e);
+    /* auth's options named on their own, before the client is made */
+    if (!o.user != !o.password_file) {
+        kl_error("%s: %s: set with%s %s; set both (or neither: no etcd "
+                 "auth)",
+                 where, o.user ? "fleet_etcd_user" : "fleet_etcd_password_file",
+                 "out",
+                 o.user ? "fleet_etcd_password_file" : "fleet_etcd_user");
+        p->errors++;
+        o.user = o.password_file = NULL;
+    } else if (o.password_file &&
+               kl_etcd_password_check(o.password_file, o.password_any_mode, err,
+                                      sizeof err) != KL_OK) {
+        kl_error("%s: fleet_etcd_password_file: %s", where, err);
+        p->errors++;
+        o.user = o.password_file = NULL;
+    }
+    err[0] = 0;
     if (e.too_many || e.n == 0)
         snprintf(err, sizeof err, "%s endpoints; give 1 to %d URLs",
                  e.n ? "too many" : "no", KL_ETCD_MAX_ENDPOINTS);

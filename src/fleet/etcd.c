@@ -2,11 +2,16 @@
 /* The etcd client's connection side (etcd.h): options, one POST with
  * failover across the endpoints, and how a failure is told
  * (docs/DESIGN.md "etcd client (src/fleet)"). */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "core/time.h"
 #include "fleet/etcd_int.h"
@@ -30,6 +35,8 @@ void etcd_conf_clear(etcd_conf *c)
     free(c->ca);
     free(c->cert);
     free(c->key);
+    free(c->user);
+    free(c->password_file);
     memset(c, 0, sizeof *c);
 }
 
@@ -43,7 +50,7 @@ kl_status etcd_conf_copy(etcd_conf *dst, const etcd_conf *src)
 {
     *dst = *src;
     dst->n = 0;
-    dst->ca = dst->cert = dst->key = NULL;
+    dst->ca = dst->cert = dst->key = dst->user = dst->password_file = NULL;
     for (size_t i = 0; i < src->n; i++) {
         if (!(dst->endpoints[i] = strdup(src->endpoints[i]))) {
             etcd_conf_clear(dst);
@@ -52,7 +59,8 @@ kl_status etcd_conf_copy(etcd_conf *dst, const etcd_conf *src)
         dst->n++;
     }
     if (!dup_opt(&dst->ca, src->ca) || !dup_opt(&dst->cert, src->cert) ||
-        !dup_opt(&dst->key, src->key)) {
+        !dup_opt(&dst->key, src->key) || !dup_opt(&dst->user, src->user) ||
+        !dup_opt(&dst->password_file, src->password_file)) {
         etcd_conf_clear(dst);
         return KL_E_NOMEM;
     }
@@ -66,6 +74,75 @@ static kl_status check_file(const char *what, const char *path, char *err,
         return KL_OK;
     kl_errf(err, errlen, "etcd %s %s cannot be read", what, path);
     return KL_E_CONFIG;
+}
+
+/* The password: the first line of the file (without its line end) into
+ * pw (cap > KL_ETCD_PASSWORD_MAX). The caller wipes pw. */
+static kl_status read_password(const char *path, bool any_mode, char *pw,
+                               size_t cap, char *err, size_t errlen)
+{
+    pw[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        kl_errf(err, errlen, "etcd password file %s cannot be read: %s", path,
+                strerror(errno));
+        return KL_E_CONFIG;
+    }
+    struct stat st;
+    char buf[KL_ETCD_PASSWORD_MAX + 2];
+    ssize_t n = -1;
+    kl_status s = KL_E_CONFIG;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        kl_errf(err, errlen, "etcd password file %s is not a regular file",
+                path);
+    else if ((st.st_mode & (S_IRGRP | S_IROTH)) && !any_mode)
+        kl_errf(err, errlen,
+                "etcd password file %s is readable by %s (mode %03o): run "
+                "chmod 600 on it, or allow group-readable key files in the "
+                "configuration",
+                path, (st.st_mode & S_IROTH) ? "others" : "its group",
+                (unsigned)(st.st_mode & 0777));
+    else if ((n = read(fd, buf, sizeof buf - 1)) < 0)
+        kl_errf(err, errlen, "etcd password file %s cannot be read: %s", path,
+                strerror(errno));
+    else {
+        buf[n] = '\0';
+        size_t len = strcspn(buf, "\r\n");
+        if (len == 0 || len > KL_ETCD_PASSWORD_MAX || len >= cap ||
+            memchr(buf, '\0', len))
+            kl_errf(err, errlen,
+                    "etcd password file %s: its first line must be the "
+                    "password (1 to %d bytes)",
+                    path, KL_ETCD_PASSWORD_MAX);
+        else {
+            memcpy(pw, buf, len);
+            pw[len] = '\0';
+            s = KL_OK;
+        }
+    }
+    explicit_bzero(buf, sizeof buf);
+    close(fd);
+    return s;
+}
+
+kl_status kl_etcd_password_check(const char *path, bool any_mode, char *err,
+                                 size_t errlen)
+{
+    char pw[KL_ETCD_PASSWORD_MAX + 1];
+    kl_status s = read_password(path, any_mode, pw, sizeof pw, err, errlen);
+    explicit_bzero(pw, sizeof pw);
+    return s;
+}
+
+static bool user_ok(const char *u)
+{
+    size_t n = strlen(u);
+    if (n == 0 || n > KL_ETCD_USER_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)u[i] < 0x20 || u[i] == 0x7f)
+            return false;
+    return true;
 }
 
 kl_status kl_etcd_new(const kl_etcd_opts *o, kl_etcd **out, char *err,
@@ -94,6 +171,21 @@ kl_status kl_etcd_new(const kl_etcd_opts *o, kl_etcd **out, char *err,
     KL_GUARD(check_file("CA file", o->ca_file, err, errlen));
     KL_GUARD(check_file("client certificate", o->cert_file, err, errlen));
     KL_GUARD(check_file("client key", o->key_file, err, errlen));
+    if (o->user && !user_ok(o->user)) {
+        kl_errf(err, errlen,
+                "etcd user name: 1 to %d printable bytes (\"%.64s\")",
+                KL_ETCD_USER_MAX, o->user);
+        return KL_E_CONFIG;
+    }
+    if (!o->user != !o->password_file) {
+        kl_errf(err, errlen,
+                "an etcd user needs its password file and a "
+                "password file its user");
+        return KL_E_CONFIG;
+    }
+    if (o->password_file)
+        KL_GUARD(kl_etcd_password_check(o->password_file, o->password_any_mode,
+                                        err, errlen));
     for (size_t i = 0; i < o->n_endpoints; i++) {
         const char *e = o->endpoints[i];
         if (!e ||
@@ -127,8 +219,11 @@ kl_status kl_etcd_new(const kl_etcd_opts *o, kl_etcd **out, char *err,
             e[--n] = '\0';
         f->endpoints[f->n++] = e;
     }
+    f->any_mode = o->password_any_mode;
     if (!dup_opt(&f->ca, o->ca_file) || !dup_opt(&f->cert, o->cert_file) ||
-        !dup_opt(&f->key, o->key_file) || !(c->h = curl_easy_init()))
+        !dup_opt(&f->key, o->key_file) || !dup_opt(&f->user, o->user) ||
+        !dup_opt(&f->password_file, o->password_file) ||
+        !(c->h = curl_easy_init()))
         goto nomem;
     *out = c;
     return KL_OK;
@@ -144,6 +239,7 @@ void kl_etcd_free(kl_etcd *c)
     if (c->h)
         curl_easy_cleanup(c->h);
     etcd_conf_clear(&c->conf);
+    etcd_auth_drop(&c->auth);
     free(c);
 }
 
@@ -258,6 +354,7 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg)
 
 /* gRPC status codes the gateway puts into an error answer */
 enum {
+    G_PERMISSION_DENIED = 7,
     G_DEADLINE = 4,
     G_NOT_FOUND = 5,
     G_OUT_OF_RANGE = 11,
@@ -267,10 +364,23 @@ enum {
 /* An HTTP answer that is not 200: the gateway's error. Sets *next when
  * another member may do better (this one has no leader, or is stopping). */
 static kl_status http_error(long code, const sink *s, const char *ep,
-                            bool *next, char *err, size_t errlen)
+                            bool *next, kl_etcd_error *ge, char *err,
+                            size_t errlen)
 {
     kl_etcd_error e;
     *next = code == 502 || code == 503;
+    if (s->data && code == 400 && strstr(s->data, "CommonName of client")) {
+        /* etcd 3.4 with auth on refuses, through its gateway, a client
+         * certificate that has a CommonName (it would not map it to a
+         * user as it does over gRPC) */
+        kl_errf(err, errlen,
+                "etcd at %s refuses a client certificate with a CommonName "
+                "through its gateway while auth is enabled: give this client "
+                "an etcd certificate without a CN (docs/FLEET.md \"etcd roles "
+                "(operator's setup)\")",
+                ep);
+        return KL_E_CONFIG;
+    }
     if (!s->data || !kl_etcd_parse_error(s->data, s->len, &e)) {
         kl_errf(err, errlen,
                 "etcd at %s: HTTP %ld without an etcd error "
@@ -279,6 +389,7 @@ static kl_status http_error(long code, const sink *s, const char *ep,
         return KL_E_KEY;
     }
     kl_errf(err, errlen, "etcd at %s: %s (code %d)", ep, e.message, e.code);
+    *ge = e;
     switch (e.code) {
     case G_NOT_FOUND:
     case G_OUT_OF_RANGE: return KL_E_NOT_FOUND;
@@ -288,21 +399,47 @@ static kl_status http_error(long code, const sink *s, const char *ep,
     }
 }
 
-kl_status etcd_post(kl_etcd *c, const char *path, const char *json, char **body,
-                    size_t *len, char *err, size_t errlen)
+/* The request's headers: JSON, no "Expect", and the token when there is
+ * one. NULL: out of memory. */
+static struct curl_slist *headers(const char *token)
+{
+    char auth[KL_ETCD_TOKEN_MAX + 32];
+    struct curl_slist *h = NULL, *n;
+    if (!(n = curl_slist_append(h, "Content-Type: application/json")))
+        goto fail;
+    h = n;
+    if (!(n = curl_slist_append(h, "Expect:")))
+        goto fail;
+    h = n;
+    if (token) {
+        snprintf(auth, sizeof auth, "Authorization: %s", token);
+        n = curl_slist_append(h, auth);
+        explicit_bzero(auth, sizeof auth);
+        if (!n)
+            goto fail;
+        h = n;
+    }
+    return h;
+fail:
+    curl_slist_free_all(h);
+    return NULL;
+}
+
+/* One POST with failover; *ge gets etcd's error when etcd answered one
+ * (code -1: none). */
+static kl_status post_all(kl_etcd *c, const char *path, const char *json,
+                          const char *token, char **body, size_t *len,
+                          kl_etcd_error *ge, char *err, size_t errlen)
 {
     *body = NULL;
     *len = 0;
+    ge->code = -1;
+    ge->message[0] = '\0';
     etcd_conf *f = &c->conf;
     uint64_t deadline = kl_now_ms() + (uint64_t)f->timeout_ms;
-    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: "
-                                                     "application/json");
-    struct curl_slist *h2 = hdr ? curl_slist_append(hdr, "Expect:") : NULL;
-    if (!h2) {
-        curl_slist_free_all(hdr);
+    struct curl_slist *hdr = headers(token);
+    if (!hdr)
         return KL_E_NOMEM;
-    }
-    hdr = h2;
     /* why each endpoint failed, for the message when all did */
     char why[1024] = "";
     size_t wl = 0;
@@ -346,7 +483,8 @@ kl_status etcd_post(kl_etcd *c, const char *path, const char *json, char **body,
                 st = *body ? KL_OK : KL_E_NOMEM;
                 goto out;
             }
-            st = http_error(code, &s, f->endpoints[ep], &next, one, sizeof one);
+            st = http_error(code, &s, f->endpoints[ep], &next, ge, one,
+                            sizeof one);
         } else {
             st = etcd_curl_explain(rc, detail, f->endpoints[ep],
                                    f->max_response, one, sizeof one);
@@ -376,8 +514,166 @@ kl_status etcd_post(kl_etcd *c, const char *path, const char *json, char **body,
         kl_errf(err, errlen, "etcd: no endpoint answered: %s", why);
     }
 out:
+    /* the list holds a copy of the token: wipe it before it is freed */
+    for (struct curl_slist *l = hdr; l; l = l->next)
+        explicit_bzero(l->data, strlen(l->data));
     curl_slist_free_all(hdr);
     return st;
+}
+
+void etcd_auth_drop(etcd_auth *a)
+{
+    explicit_bzero(a->token, sizeof a->token);
+}
+
+bool etcd_auth_refused(const char *message)
+{
+    return strstr(message, "invalid auth token") ||
+           strstr(message, "user name is empty");
+}
+
+/* {"name":..,"password":..} with JSON's escapes, into a malloc'd buffer
+ * the caller wipes (no copy of the password is left elsewhere). */
+static char *auth_request(const char *user, const char *pw)
+{
+    size_t cap = 32 + 6 * (strlen(user) + strlen(pw));
+    char *b = malloc(cap);
+    if (!b)
+        return NULL;
+    size_t n = 0;
+    const char *parts[4] = {"{\"name\":\"", user, "\",\"password\":\"", pw};
+    for (int p = 0; p < 4; p++) {
+        for (const char *s = parts[p]; *s; s++) {
+            unsigned char ch = (unsigned char)*s;
+            if (p % 2 == 0)
+                b[n++] = (char)ch;
+            else if (ch == '"' || ch == '\\') {
+                b[n++] = '\\';
+                b[n++] = (char)ch;
+            } else if (ch < 0x20 || ch == 0x7f)
+                n += (size_t)snprintf(b + n, cap - n, "\\u%04x", ch);
+            else
+                b[n++] = (char)ch;
+        }
+    }
+    b[n++] = '"';
+    b[n++] = '}';
+    b[n] = '\0';
+    return b;
+}
+
+kl_status etcd_authenticate(kl_etcd *c, etcd_auth *a, char *err, size_t errlen)
+{
+    etcd_conf *f = &c->conf;
+    uint64_t now = kl_now_ms();
+    if (now < a->next_ms) {
+        kl_errf(err, errlen, "%s (tried again in %llu ms)", a->last_err,
+                (unsigned long long)(a->next_ms - now));
+        return a->last_st;
+    }
+    char pw[KL_ETCD_PASSWORD_MAX + 1];
+    char why[512] = "";
+    kl_status st = read_password(f->password_file, f->any_mode, pw, sizeof pw,
+                                 why, sizeof why);
+    char *req = st == KL_OK ? auth_request(f->user, pw) : NULL;
+    explicit_bzero(pw, sizeof pw);
+    if (st == KL_OK && !req)
+        return KL_E_NOMEM;
+    char *body = NULL;
+    size_t len = 0;
+    kl_etcd_error ge = {.code = -1};
+    if (st == KL_OK) {
+        st = post_all(c, "/v3/auth/authenticate", req, NULL, &body, &len, &ge,
+                      why, sizeof why);
+        explicit_bzero(req, strlen(req));
+        free(req);
+    }
+    if (st == KL_OK) {
+        st = kl_etcd_parse_auth(body, len, a->token, sizeof a->token, why,
+                                sizeof why);
+        explicit_bzero(body, len);
+    }
+    free(body);
+    if (st == KL_OK) {
+        a->backoff_ms = 0;
+        a->next_ms = 0;
+        return KL_OK;
+    }
+    etcd_auth_drop(a);
+    if (ge.code >= 0 && strstr(ge.message, "authentication is not enabled")) {
+        /* etcd runs without auth (yet): go on without a token; a later
+         * refusal ("user name is empty") authenticates again */
+        a->off = true;
+        return KL_OK;
+    }
+    if (ge.code >= 0 && strstr(ge.message, "authentication failed")) {
+        st = KL_E_CONFIG;
+        kl_errf(why, sizeof why,
+                "etcd at %s refused user \"%s\": wrong user name or "
+                "password (the password file %s)",
+                kl_etcd_endpoint(c), f->user, f->password_file);
+    } else if (ge.code >= 0 && st != KL_E_IO && st != KL_E_TIMEOUT) {
+        st = KL_E_CONFIG;
+        kl_errf(err, errlen, "etcd: authenticating as \"%s\": %s", f->user,
+                why);
+        snprintf(why, sizeof why, "%s", err);
+    }
+    if (st == KL_E_CONFIG) {
+        /* a refusal: no try again before the backoff, whoever calls */
+        a->backoff_ms = a->backoff_ms ? a->backoff_ms * 2 : 1000;
+        if (a->backoff_ms > 30000)
+            a->backoff_ms = 30000;
+        a->next_ms = kl_now_ms() + (uint64_t)a->backoff_ms;
+        a->last_st = st;
+        snprintf(a->last_err, sizeof a->last_err, "%s", why);
+    }
+    kl_errf(err, errlen, "%s", why);
+    return st;
+}
+
+kl_status etcd_post(kl_etcd *c, const char *path, const char *json, char **body,
+                    size_t *len, char *err, size_t errlen)
+{
+    etcd_conf *f = &c->conf;
+    for (int attempt = 0;; attempt++) {
+        if (f->user && !c->auth.token[0] && !c->auth.off)
+            KL_GUARD(etcd_authenticate(c, &c->auth, err, errlen));
+        kl_etcd_error ge;
+        kl_status st =
+            post_all(c, path, json, c->auth.token[0] ? c->auth.token : NULL,
+                     body, len, &ge, err, errlen);
+        if (ge.code < 0 || st == KL_OK)
+            return st;
+        if (ge.code == G_PERMISSION_DENIED) {
+            kl_errf(err, errlen,
+                    "etcd at %s: permission denied: %s%s%s may not %s "
+                    "there; grant it a role that may (docs/FLEET.md \"etcd "
+                    "roles (operator's setup)\")",
+                    kl_etcd_endpoint(c), f->user ? "etcd user \"" : "",
+                    f->user ? f->user : "this client", f->user ? "\"" : "",
+                    strstr(path, "/kv/range") ? "read" : "write");
+            return KL_E_CONFIG;
+        }
+        if (!etcd_auth_refused(ge.message))
+            return st;
+        /* etcd does not know the token (it expired) or wants one */
+        if (!f->user) {
+            kl_errf(err, errlen,
+                    "etcd at %s has authentication enabled: configure an "
+                    "etcd user and its password file (docs/FLEET.md \"etcd "
+                    "roles (operator's setup)\")",
+                    kl_etcd_endpoint(c));
+            return KL_E_CONFIG;
+        }
+        if (attempt > 0) {
+            kl_errf(err, errlen,
+                    "etcd at %s refused a new token of user \"%s\": %s",
+                    kl_etcd_endpoint(c), f->user, ge.message);
+            return KL_E_CONFIG;
+        }
+        etcd_auth_drop(&c->auth);
+        c->auth.off = false;
+    }
 }
 
 uint8_t *etcd_prefix_end(const void *prefix, size_t len, size_t *end_len)

@@ -17,6 +17,9 @@
  *   KL_E_TRUNCATED  an answer that ends before its JSON does
  *   KL_E_KEY        an answer that is not the JSON the gateway sends
  *   KL_E_TLS        the TLS handshake failed (certificates)
+ *   KL_E_CONFIG     etcd refused the user or its password, wants a user
+ *                   and none is configured, or the user's roles do not
+ *                   permit the call (permission denied)
  * A kl_etcd is used by one thread at a time; a watch is its own object and
  * may live on another thread than the client it was made from. */
 #ifndef KL_FLEET_ETCD_H
@@ -47,7 +50,29 @@ typedef struct kl_etcd_opts {
     int timeout_ms;         /* one call, all endpoints; 0: 5000 */
     int connect_timeout_ms; /* one endpoint's connect; 0: 1000 */
     size_t max_response;    /* bytes of one answer; 0: 16 MiB */
+    /* etcd's password auth (docs/FLEET.md "etcd roles (operator's
+     * setup)"): the user, and a file whose first line is its password,
+     * readable by its owner only (unless password_any_mode). The file is
+     * read again at each authentication, so a new password needs no
+     * restart. The token etcd gives goes in an Authorization header on
+     * every call and watch; one etcd refuses (expired) is replaced at
+     * once. NULL user: no auth. The password and the token are never put
+     * in a message. */
+    const char *user, *password_file;
+    bool password_any_mode;
 } kl_etcd_opts;
+
+/* The longest user name and password (bytes) and token (etcd's simple
+ * tokens are about 20 bytes, its JWTs a few hundred). */
+#define KL_ETCD_USER_MAX 128
+#define KL_ETCD_PASSWORD_MAX 1024
+#define KL_ETCD_TOKEN_MAX 2048
+
+/* Checks a password file as kl_etcd_new does: a regular file, not
+ * readable by group or others (unless any_mode), a first line of 1 to
+ * KL_ETCD_PASSWORD_MAX bytes. KL_E_CONFIG with the path and the fix. */
+kl_status kl_etcd_password_check(const char *path, bool any_mode, char *err,
+                                 size_t errlen) KL_WUR;
 
 /* Checks the options (URLs, files exist) and makes a client; connects
  * lazily, on the first call. */
@@ -118,7 +143,12 @@ kl_status kl_etcd_lease_grant(kl_etcd *c, int64_t ttl, int64_t *id,
  * *ttl 0) when the lease expired or was revoked: its keys are gone. */
 kl_status kl_etcd_lease_keepalive(kl_etcd *c, int64_t id, int64_t *ttl,
                                   char *err, size_t errlen) KL_WUR;
-/* Ends the lease now, deleting its keys; KL_E_NOT_FOUND when it is gone. */
+/* The seconds the lease has left (*ttl) and the TTL it was granted
+ * (*granted, may be NULL); KL_E_NOT_FOUND when it is gone. */
+kl_status kl_etcd_lease_ttl(kl_etcd *c, int64_t id, int64_t *ttl,
+                            int64_t *granted, char *err, size_t errlen) KL_WUR;
+/* Ends the lease now, deleting its keys; KL_E_NOT_FOUND when it is gone.
+ * With auth on, the user needs write permission on every key attached. */
 kl_status kl_etcd_lease_revoke(kl_etcd *c, int64_t id, char *err,
                                size_t errlen) KL_WUR;
 
@@ -194,6 +224,15 @@ typedef struct kl_etcd_error {
 } kl_etcd_error;
 bool kl_etcd_parse_error(const char *body, size_t len, kl_etcd_error *e);
 
+/* A lease's time to live: "TTL" (-1 when it is gone) and "grantedTTL". */
+kl_status kl_etcd_parse_timetolive(const char *body, size_t len, int64_t *ttl,
+                                   int64_t *granted, char *err,
+                                   size_t errlen) KL_WUR;
+/* An authenticate answer: its "token" (printable ASCII without spaces, at
+ * most KL_ETCD_TOKEN_MAX - 1 bytes) into token. */
+kl_status kl_etcd_parse_auth(const char *body, size_t len, char *token,
+                             size_t cap, char *err, size_t errlen) KL_WUR;
+
 /* One message of the watch stream. */
 typedef struct kl_etcd_watch_msg {
     bool created, canceled;
@@ -201,6 +240,7 @@ typedef struct kl_etcd_watch_msg {
     int64_t compact_revision; /* > 0: the start revision was compacted */
     kl_etcd_error error;      /* code >= 0: the stream reported an error */
     size_t n_events;
+    char cancel_reason[256]; /* with canceled: etcd's reason, or "" */
 } kl_etcd_watch_msg;
 /* Parses one message and calls cb for each event in it (cb may be NULL).
  * An event's key and value are decoded into memory freed on return. */

@@ -320,6 +320,60 @@ out:
     return st;
 }
 
+kl_status kl_etcd_parse_timetolive(const char *body, size_t len, int64_t *ttl,
+                                   int64_t *granted, char *err, size_t errlen)
+{
+    int64_t t = 0, g = 0, rev;
+    *ttl = 0;
+    if (granted)
+        *granted = 0;
+    json_t *root;
+    KL_GUARD(load(body, len, &root, err, errlen));
+    kl_status st;
+    if (!(st = check_error(root, err, errlen)) &&
+        !(st = header_revision(root, &rev, err, errlen)) &&
+        !(st = get_i64(root, "TTL", &t, err, errlen)))
+        st = get_i64(root, "grantedTTL", &g, err, errlen);
+    json_decref(root);
+    if (st == KL_OK) {
+        *ttl = t;
+        if (granted)
+            *granted = g;
+    }
+    return st;
+}
+
+kl_status kl_etcd_parse_auth(const char *body, size_t len, char *token,
+                             size_t cap, char *err, size_t errlen)
+{
+    if (cap)
+        token[0] = '\0';
+    json_t *root;
+    KL_GUARD(load(body, len, &root, err, errlen));
+    kl_status st = check_error(root, err, errlen);
+    json_t *t = json_object_get(root, "token");
+    if (st == KL_OK) {
+        /* it goes into a header line: no space, no control byte */
+        const char *s = json_is_string(t) ? json_string_value(t) : NULL;
+        size_t n = s ? json_string_length(t) : 0;
+        bool ok = n > 0 && n < cap && n < KL_ETCD_TOKEN_MAX;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = s[i] > 0x20 && s[i] < 0x7f;
+        if (ok) {
+            memcpy(token, s, n);
+            token[n] = '\0';
+        } else {
+            kl_errf(err, errlen,
+                    "etcd's authenticate answer has no usable \"token\" "
+                    "(printable, 1 to %d bytes)",
+                    KL_ETCD_TOKEN_MAX - 1);
+            st = KL_E_KEY;
+        }
+    }
+    json_decref(root);
+    return st;
+}
+
 /* One event of a watch answer, delivered to cb. */
 static kl_status watch_event(const json_t *ev, kl_etcd_watch_cb cb, void *arg,
                              char *err, size_t errlen)
@@ -382,6 +436,11 @@ kl_status kl_etcd_parse_watch(const char *body, size_t len,
         (st = get_i64(res, "compact_revision", &m->compact_revision, err,
                       errlen)))
         goto out;
+    /* why etcd canceled it (auth: an expired token, permission denied) */
+    json_t *why = json_object_get(res, "cancel_reason");
+    if (json_is_string(why))
+        copy_text(m->cancel_reason, sizeof m->cancel_reason,
+                  json_string_value(why), json_string_length(why));
     evs = json_object_get(res, "events");
     if (evs && !json_is_array(evs)) {
         kl_errf(err, errlen,

@@ -272,3 +272,29 @@ kl_status kl_etcd_lease_revoke(kl_etcd *c, int64_t id, char *err, size_t errlen)
     free(body);
     return st;
 }
+
+kl_status kl_etcd_lease_ttl(kl_etcd *c, int64_t id, int64_t *ttl,
+                            int64_t *granted, char *err, size_t errlen)
+{
+    *ttl = 0;
+    if (granted)
+        *granted = 0;
+    json_t *req = json_object();
+    bool ok = set(req, "ID", ji64(id));
+    char *body;
+    size_t len;
+    KL_GUARD(
+        call(c, "/v3/lease/timetolive", req, ok, &body, &len, err, errlen));
+    kl_status st =
+        kl_etcd_parse_timetolive(body, len, ttl, granted, err, errlen);
+    free(body);
+    /* a lease that is gone has TTL -1 */
+    if (st == KL_OK && *ttl < 0) {
+        *ttl = 0;
+        if (granted)
+            *granted = 0;
+        kl_errf(err, errlen, "etcd lease %" PRId64 " is gone", id);
+        return KL_E_NOT_FOUND;
+    }
+    return st;
+}

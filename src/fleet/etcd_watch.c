@@ -36,6 +36,8 @@ struct kl_etcd_watch {
     char fail_msg[512];
     kl_etcd_watch_cb cb; /* the step's */
     void *arg;
+    etcd_auth auth;  /* its own token (first the client's) */
+    bool auth_retry; /* etcd refused the token: a new one, at once */
 };
 
 kl_status kl_etcd_watch_new(const kl_etcd *c, const void *prefix,
@@ -61,6 +63,7 @@ kl_status kl_etcd_watch_new(const kl_etcd *c, const void *prefix,
     w->prefix_len = prefix_len;
     w->next_rev = start_rev;
     w->ep = c->cur;
+    w->auth = c->auth;
     if (!(w->m = curl_multi_init())) {
         kl_etcd_watch_free(w);
         return KL_E_NOMEM;
@@ -76,6 +79,8 @@ static void disconnect(kl_etcd_watch *w)
         curl_easy_cleanup(w->h);
         w->h = NULL;
     }
+    for (struct curl_slist *l = w->hdr; l; l = l->next)
+        explicit_bzero(l->data, strlen(l->data)); /* the token */
     curl_slist_free_all(w->hdr);
     w->hdr = NULL;
     w->len = 0;
@@ -90,6 +95,7 @@ void kl_etcd_watch_free(kl_etcd_watch *w)
     if (w->m)
         curl_multi_cleanup(w->m);
     etcd_conf_clear(&w->conf);
+    etcd_auth_drop(&w->auth);
     free(w->prefix);
     free(w->buf);
     free(w);
@@ -166,6 +172,17 @@ static void on_message(kl_etcd_watch *w, const char *line, size_t len)
     const char *ep = w->conf.endpoints[w->ep];
     kl_etcd_watch_msg m;
     char err[256];
+    static const char cn[] = "CommonName of client";
+    if (memmem(line, len, cn, sizeof cn - 1)) {
+        /* etcd.c's http_error says why */
+        fail(w, KL_E_CONFIG,
+             "etcd at %s refuses a client certificate with a CommonName "
+             "through its gateway while auth is enabled: give this client "
+             "an etcd certificate without a CN (docs/FLEET.md \"etcd roles "
+             "(operator's setup)\")",
+             ep);
+        return;
+    }
     kl_status st =
         kl_etcd_parse_watch(line, len, &m, deliver, w, err, sizeof err);
     if (st != KL_OK) {
@@ -185,8 +202,29 @@ static void on_message(kl_etcd_watch *w, const char *line, size_t len)
              "etcd at %s: watch from revision %" PRId64
              " is compacted (up to %" PRId64 "): re-read and restart",
              ep, w->next_rev, m.compact_revision);
+    } else if (m.canceled && etcd_auth_refused(m.cancel_reason)) {
+        /* the token expired (or auth was turned on): a new one */
+        if (w->conf.user) {
+            w->auth_retry = true;
+            fail(w, KL_E_CLOSED, "etcd at %s refused the watch's token: %s", ep,
+                 m.cancel_reason);
+        } else
+            fail(w, KL_E_CONFIG,
+                 "etcd at %s has authentication enabled: configure an etcd "
+                 "user and its password file (docs/FLEET.md \"etcd roles "
+                 "(operator's setup)\")",
+                 ep);
+    } else if (m.canceled && strstr(m.cancel_reason, "permission denied")) {
+        fail(w, KL_E_CONFIG,
+             "etcd at %s: permission denied: %s%s%s may not watch %.*s; grant "
+             "it a role that may read there (docs/FLEET.md \"etcd roles "
+             "(operator's setup)\")",
+             ep, w->conf.user ? "etcd user \"" : "",
+             w->conf.user ? w->conf.user : "this client",
+             w->conf.user ? "\"" : "", (int)w->prefix_len, w->prefix);
     } else if (m.canceled) {
-        fail(w, KL_E_CLOSED, "etcd at %s canceled the watch", ep);
+        fail(w, KL_E_CLOSED, "etcd at %s canceled the watch%s%s", ep,
+             m.cancel_reason[0] ? ": " : "", m.cancel_reason);
     } else if (m.created) {
         w->created = true;
         if (w->next_rev == 0)
@@ -239,8 +277,28 @@ static size_t on_stream(char *p, size_t size, size_t n, void *arg)
     return w->failed ? 0 : add;
 }
 
-static kl_status connect_ep(kl_etcd_watch *w)
+/* A token for the watch, through its endpoints from the current one. */
+static kl_status watch_auth(kl_etcd_watch *w, char *err, size_t errlen)
 {
+    kl_etcd tmp = {.conf = w->conf, .cur = w->ep, .h = curl_easy_init()};
+    if (!tmp.h)
+        return KL_E_NOMEM;
+    kl_status st = etcd_authenticate(&tmp, &w->auth, err, errlen);
+    curl_easy_cleanup(tmp.h);
+    if (st == KL_OK)
+        w->ep = tmp.cur;
+    return st;
+}
+
+static kl_status connect_ep(kl_etcd_watch *w, char *err, size_t errlen)
+{
+    if (w->auth_retry) {
+        etcd_auth_drop(&w->auth);
+        w->auth.off = false;
+        w->auth_retry = false;
+    }
+    if (w->conf.user && !w->auth.token[0] && !w->auth.off)
+        KL_GUARD(watch_auth(w, err, errlen));
     size_t end_len;
     uint8_t *end = etcd_prefix_end(w->prefix, w->prefix_len, &end_len);
     /* an empty prefix: every key, from "\0" */
@@ -259,6 +317,17 @@ static kl_status connect_ep(kl_etcd_watch *w)
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     w->hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    if (w->hdr && w->auth.token[0]) {
+        char a[KL_ETCD_TOKEN_MAX + 32];
+        snprintf(a, sizeof a, "Authorization: %s", w->auth.token);
+        struct curl_slist *n = curl_slist_append(w->hdr, a);
+        explicit_bzero(a, sizeof a);
+        if (!n) {
+            curl_slist_free_all(w->hdr);
+            w->hdr = NULL;
+        } else
+            w->hdr = n;
+    }
     CURL *h = body && w->hdr ? curl_easy_init() : NULL;
     if (!h) {
         free(body);
@@ -318,7 +387,8 @@ static kl_status ended(kl_etcd_watch *w, CURLcode rc, char *err, size_t errlen)
         kl_errf(err, errlen, "etcd at %s closed the watch stream", ep);
     }
     disconnect(w);
-    if (!w->compacted)
+    /* a refused token is this endpoint's answer: a new token, same place */
+    if (!w->compacted && !w->auth_retry)
         w->ep = (w->ep + 1) % w->conf.n;
     return st;
 }
@@ -335,8 +405,9 @@ kl_status kl_etcd_watch_step(kl_etcd_watch *w, int timeout_ms,
         return KL_E_CLOSED;
     }
     if (!w->h)
-        KL_GUARD(connect_ep(w));
+        KL_GUARD(connect_ep(w, err, errlen));
     w->cb = cb;
+    bool reauthed = false;
     w->arg = arg;
     uint64_t deadline =
         kl_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
@@ -357,6 +428,16 @@ kl_status kl_etcd_watch_step(kl_etcd_watch *w, int timeout_ms,
                 done = true;
                 break;
             }
+        }
+        /* etcd refused the token (it expired): once a step, a new token
+         * and the stream again, without the caller seeing a failure */
+        if (done && w->auth_retry && !reauthed) {
+            reauthed = true;
+            st = connect_ep(w, err, errlen);
+            if (st != KL_OK)
+                break;
+            done = false;
+            continue;
         }
         uint64_t now = kl_now_ms();
         if (done || now >= deadline)

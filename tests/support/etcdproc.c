@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,8 @@ static void spawn(te_cluster *c, int i)
         ARG("--trusted-ca-file=%s", tp_path("ca.crt"));
         argv[n++] = "--client-cert-auth";
     }
+    if (c->auth_token_ttl > 0)
+        ARG("--auth-token-ttl=%d", c->auth_token_ttl);
 #undef ARG
     argv[n] = NULL;
     char lp[1200];
@@ -197,12 +200,13 @@ static void wait_ready(te_cluster *c, int i)
         }
         kl_etcd_kv kv;
         st = kl_etcd_get(cl, "te-probe", 8, &kv, NULL, err, sizeof err);
-        if (st == KL_OK || st == KL_E_NOT_FOUND)
+        /* KL_E_CONFIG: it answered, wanting a user (auth enabled) */
+        if (st == KL_OK || st == KL_E_NOT_FOUND || st == KL_E_CONFIG)
             break;
         sleep_ms(50);
     }
     kl_etcd_free(cl);
-    if (st != KL_OK && st != KL_E_NOT_FOUND) {
+    if (st != KL_OK && st != KL_E_NOT_FOUND && st != KL_E_CONFIG) {
         te_dump_log(c, i);
         fail_msg("etcd %s did not serve within %d ms: %s", m->name,
                  READY_TIMEOUT_MS, err);
@@ -234,7 +238,13 @@ static void issue_cert(te_cluster *c)
 
 void te_start(te_cluster *c, int n, bool tls)
 {
+    te_start_auth(c, n, tls, 0);
+}
+
+void te_start_auth(te_cluster *c, int n, bool tls, int token_ttl_s)
+{
     memset(c, 0, sizeof *c);
+    c->auth_token_ttl = token_ttl_s;
     assert_true(n >= 1 && n <= TE_MAX_MEMBERS);
     etcd_binary(); /* fails now, naming the package, when missing */
     c->n = n;
@@ -317,4 +327,51 @@ void te_endpoints(const te_cluster *c, const char *urls[TE_MAX_MEMBERS])
 {
     for (int i = 0; i < c->n; i++)
         urls[i] = c->m[i].url;
+}
+
+void te_ctl(const te_cluster *c, const char *fmt, ...)
+{
+    char args[2048], eps[512] = "", tls[1024] = "", user[64] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    for (int i = 0; i < c->n; i++)
+        snprintf(eps + strlen(eps), sizeof eps - strlen(eps), "%s%s",
+                 i ? "," : "", c->m[i].url);
+    if (c->tls)
+        snprintf(tls, sizeof tls, "--cacert %s --cert %s --key %s",
+                 tp_path("ca.crt"), tp_path("client.crt"),
+                 tp_path("client.key"));
+    if (c->root_password[0])
+        snprintf(user, sizeof user, "--user root:%s", c->root_password);
+    if (access("/usr/bin/etcdctl", X_OK) != 0)
+        fail_msg("etcdctl is not installed: the auth tests need the Debian "
+                 "package etcd-client (scripts/install-deps.sh)");
+    char out[1200];
+    snprintf(out, sizeof out, "%s/etcdctl.out", c->dir);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "env -i PATH=/usr/bin:/bin ETCDCTL_API=3 etcdctl --endpoints %s "
+             "%s %s %s >%s 2>&1",
+             eps, tls, user, args, out);
+    int rc = system(cmd);
+    if (rc != 0) {
+        size_t len = 0;
+        char *text = tu_read_file(out, &len);
+        fail_msg("etcdctl %s: exit 0x%x: %s", args, rc, text ? text : "");
+    }
+}
+
+void te_auth_enable(te_cluster *c)
+{
+    snprintf(c->root_password, sizeof c->root_password, "root-%d",
+             (int)getpid());
+    char pw[32];
+    snprintf(pw, sizeof pw, "%s", c->root_password);
+    c->root_password[0] = 0; /* no user yet */
+    te_ctl(c, "user add root --new-user-password %s", pw);
+    te_ctl(c, "user grant-role root root");
+    te_ctl(c, "auth enable");
+    snprintf(c->root_password, sizeof c->root_password, "%s", pw);
 }

@@ -27,6 +27,11 @@ typedef struct te_cluster {
     char *dir; /* data directories and logs */
     bool tls;  /* client port over mutual TLS with the test PKI */
     char initial_cluster[512];
+    /* etcd's --auth-token-ttl in seconds (0: etcd's default, 300); set
+     * through te_start_auth */
+    int auth_token_ttl;
+    /* after te_auth_enable: root's password, for etcdctl */
+    char root_password[32];
 } te_cluster;
 
 /* Starts n members (1 or 3, ...) and waits until the cluster serves a
@@ -34,6 +39,17 @@ typedef struct te_cluster {
  * certificate of the test PKI (tests/support/pki.h), the server presents
  * server.crt. Fails the test on error, with the logs' tails. */
 void te_start(te_cluster *c, int n, bool tls);
+/* te_start with simple tokens that expire after token_ttl_s seconds
+ * unused (etcd's --auth-token-ttl), for the tests of password auth. */
+void te_start_auth(te_cluster *c, int n, bool tls, int token_ttl_s);
+/* Runs etcdctl (the Debian package etcd-client) against the cluster,
+ * as root once auth is enabled, with args after the endpoints; fails the
+ * test when it fails, with its output. */
+void te_ctl(const te_cluster *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Adds user root (password in c->root_password) with the root role and
+ * enables auth: from then on every call needs a user. */
+void te_auth_enable(te_cluster *c);
 /* Kills member i with sig (SIGKILL: a crash) and reaps it. */
 void te_kill(te_cluster *c, int i, int sig);
 /* Starts member i again on its data directory and ports, and waits until

@@ -313,6 +313,80 @@ static void test_watch_messages(void **state)
     }
 }
 
+/* Password auth's answers (docs/DESIGN.md "etcd client (src/fleet)"):
+ * the token, which goes into a header line, and a lease's time to live
+ * (keyless-cli fleet's lease column). */
+static void test_auth_and_timetolive(void **state)
+{
+    (void)state;
+    char err[256] = "", tok[KL_ETCD_TOKEN_MAX];
+    const char *ok = "{" HDR ",\"token\":\"sZnvWGxxVkrLBqRD.15\"}";
+    assert_int_equal(
+        kl_etcd_parse_auth(ok, strlen(ok), tok, sizeof tok, err, sizeof err),
+        KL_OK);
+    assert_string_equal(tok, "sZnvWGxxVkrLBqRD.15");
+    static const char *const bad[] = {
+        "{" HDR "}",                                /* no token */
+        "{" HDR ",\"token\":\"\"}",                 /* empty */
+        "{" HDR ",\"token\":\"a b\"}",              /* a space */
+        "{" HDR ",\"token\":\"a\\r\\nX-Evil: 1\"}", /* a header injected */
+        "{" HDR ",\"token\":7}",                    /* not a string */
+        "{\"error\":\"etcdserver: authentication failed, invalid user ID "
+        "or password\",\"code\":3,\"message\":\"etcdserver: authentication "
+        "failed, invalid user ID or password\"}",
+        "{" HDR ",\"token\":\"abc",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(tok, 'x', sizeof tok);
+        kl_status st = kl_etcd_parse_auth(bad[i], strlen(bad[i]), tok,
+                                          sizeof tok, err, sizeof err);
+        if (st == KL_OK)
+            fail_msg("accepted: %s", bad[i]);
+        assert_int_equal(tok[0], '\0');
+    }
+    /* a token longer than the buffer is refused, not cut */
+    char big[4200];
+    int n = snprintf(big, sizeof big, "{" HDR ",\"token\":\"");
+    memset(big + n, 'a', 3000);
+    snprintf(big + n + 3000, sizeof big - (size_t)n - 3000, "\"}");
+    assert_int_equal(
+        kl_etcd_parse_auth(big, strlen(big), tok, sizeof tok, err, sizeof err),
+        KL_E_KEY);
+    expect(err, "token");
+
+    int64_t ttl, granted;
+    const char *live = "{" HDR ",\"ID\":\"9\",\"TTL\":\"7\","
+                       "\"grantedTTL\":\"10\"}";
+    assert_int_equal(kl_etcd_parse_timetolive(live, strlen(live), &ttl,
+                                              &granted, err, sizeof err),
+                     KL_OK);
+    assert_int_equal(ttl, 7);
+    assert_int_equal(granted, 10);
+    const char *gone = "{" HDR ",\"ID\":\"9\",\"TTL\":\"-1\"}";
+    assert_int_equal(kl_etcd_parse_timetolive(gone, strlen(gone), &ttl,
+                                              &granted, err, sizeof err),
+                     KL_OK);
+    assert_int_equal(ttl, -1);
+    assert_int_equal(granted, 0);
+    const char *wrong = "{" HDR ",\"TTL\":\"x\"}";
+    assert_int_equal(kl_etcd_parse_timetolive(wrong, strlen(wrong), &ttl,
+                                              &granted, err, sizeof err),
+                     KL_E_KEY);
+    expect(err, "TTL");
+
+    /* a watch etcd cancels says why */
+    kl_etcd_watch_msg m;
+    const char *cancel =
+        "{\"result\":{" HDR ",\"watch_id\":\"-1\",\"created\":true,"
+        "\"canceled\":true,\"cancel_reason\":\"rpc error: code = "
+        "Unauthenticated desc = etcdserver: invalid auth token\"}}";
+    assert_int_equal(kl_etcd_parse_watch(cancel, strlen(cancel), &m, NULL, NULL,
+                                         err, sizeof err),
+                     KL_OK);
+    assert_true(m.canceled);
+    expect(m.cancel_reason, "invalid auth token");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_range_answer),
         cmocka_unit_test(test_write_and_lease_answers),
         cmocka_unit_test(test_watch_messages),
+        cmocka_unit_test(test_auth_and_timetolive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
