@@ -544,7 +544,7 @@ class Sim:
             names = set()
             for line in body.splitlines()[1:]:
                 f = line.split()
-                if len(f) == 3:
+                if len(f) >= 3:  # name region up|down [latency]
                     names.add(f[0])
             if held is not None:
                 with self.lock:
