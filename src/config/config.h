@@ -89,7 +89,8 @@ typedef struct kl_config {
     char *fleet_role;         /* keys, egress, router */
     char *fleet_key_sets;     /* comma list */
     int fleet_priority;
-    int fleet_lease_ttl; /* seconds */
+    int fleet_lease_ttl;           /* seconds */
+    uint64_t fleet_drain_delay_ns; /* 0: stop at once */
     /* modes (flags only) */
     bool help, help_markdown, help_man, version, check, keystore_debug,
         output_config, config_only, manual_activation, renew;

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The daemon's geo router and metrics endpoint (daemon_ext.h has the
  * order). */
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -409,6 +412,32 @@ void kl_ext_draining(kl_daemon_ext *x)
 {
     atomic_store(&x->draining, true);
     kl_dfleet_draining(x->fleet);
+}
+
+void kl_ext_drain_wait(kl_daemon_ext *x, int sfd)
+{
+    uint64_t delay = kl_dfleet_drain_delay(x->fleet);
+    if (!delay)
+        return;
+    kl_info("draining: marked draining in the fleet directory; serving %llu "
+            "ms more while routers move away (fleet_drain_delay; SIGTERM "
+            "again to stop now)",
+            (unsigned long long)(delay / KL_NS_PER_MS));
+    uint64_t end = kl_now_ns() + delay;
+    for (uint64_t now = kl_now_ns(); now < end; now = kl_now_ns()) {
+        struct pollfd pfd = {.fd = sfd, .events = POLLIN};
+        uint64_t left_ms = (end - now + KL_NS_PER_MS - 1) / KL_NS_PER_MS;
+        int n = poll(&pfd, sfd >= 0 ? 1 : 0, (int)left_ms);
+        if (n <= 0 || !(pfd.revents & POLLIN))
+            continue; /* the time passed, or EINTR */
+        struct signalfd_siginfo si;
+        if (read(sfd, &si, sizeof si) != (ssize_t)sizeof si)
+            continue;
+        if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+            kl_info("draining: signal %u: stopping now", si.ssi_signo);
+            return;
+        }
+    }
 }
 
 void kl_ext_stop(kl_daemon_ext *x)

@@ -65,6 +65,12 @@ void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
                      size_t nkeys);
 /* SIGTERM: /ready answers 503 "draining" from now on. */
 void kl_ext_draining(kl_daemon_ext *x);
+/* After kl_ext_draining, while the server still serves: waits the fleet's
+ * drain delay (docs/FLEET.md "Registration") so that routers stop
+ * choosing this server before it closes; a SIGTERM or SIGINT read from
+ * sfd meanwhile ends the wait at once. No fleet registration: returns at
+ * once. */
+void kl_ext_drain_wait(kl_daemon_ext *x, int sfd);
 /* After kl_server_wait: stops the HTTP endpoint, then the router (which
  * answers what it still has through the shards' completion queues). */
 void kl_ext_stop(kl_daemon_ext *x);

@@ -17,6 +17,7 @@ struct kl_dfleet {
     kl_fleet_member *member;
     kl_rt_fleet_feed *feed;
     kl_fleet_server record; /* for the draining update */
+    uint64_t drain_delay_ns;
 };
 
 /* The endpoints split at commas (and spaces), in urls[] pointing into buf. */
@@ -254,6 +255,7 @@ kl_dfleet *kl_dfleet_start(const kl_config *cfg, kl_router *router, bool *ok)
         *ok = false;
         return NULL;
     }
+    f->drain_delay_ns = cfg->fleet_drain_delay_ns;
     endpoints e;
     split_endpoints(cfg->fleet_etcd_endpoints, &e);
     char err[1024] = "";
@@ -344,6 +346,11 @@ void kl_dfleet_draining(kl_dfleet *f)
     char err[256];
     if (kl_fleet_member_update(f->member, &f->record, err, sizeof err) != KL_OK)
         kl_warn("fleet: cannot mark this server draining: %s", err);
+}
+
+uint64_t kl_dfleet_drain_delay(const kl_dfleet *f)
+{
+    return f && f->member ? f->drain_delay_ns : 0;
 }
 
 void kl_dfleet_stop(kl_dfleet *f)

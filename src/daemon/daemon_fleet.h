@@ -40,6 +40,9 @@ void kl_dfleet_scrape(kl_dfleet *f, kl_metrics *m);
  * ok otherwise (draining, once set, stays). */
 void kl_dfleet_health(kl_dfleet *f, bool ok, size_t nkeys);
 void kl_dfleet_draining(kl_dfleet *f);
+/* How long a registered server keeps serving after kl_dfleet_draining
+ * (fleet_drain_delay; 0 when it does not register). */
+uint64_t kl_dfleet_drain_delay(const kl_dfleet *f);
 void kl_dfleet_stop(kl_dfleet *f);
 
 #endif

@@ -167,6 +167,7 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
     char *pid_file =
         cfg->pid_file && *cfg->pid_file ? strdup(cfg->pid_file) : NULL;
     int rc = 1;
+    bool drain = false; /* SIGTERM after serving: the fleet drain delay */
     kl_reloader *r = NULL;
     if (pid_file && !write_pid_file(pid_file)) {
         free(pid_file);
@@ -192,11 +193,14 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
                 getenv("NOTIFY_SOCKET"), strerror(errno));
     main_loop(r, sfd);
     rc = 0;
+    drain = true;
 stop:
-    close(sfd);
     if (kl_sd_notify("STOPPING=1") != KL_OK)
         kl_debug("cannot tell systemd that keylessd is stopping");
     kl_ext_draining(&x);
+    if (drain)
+        kl_ext_drain_wait(&x, sfd);
+    close(sfd);
     kl_server_shutdown(srv);
     kl_server_wait(srv);
     /* The router and the pool go before the server: their last callbacks

@@ -841,6 +841,7 @@ static void defaults(kl_config *c)
     c->fleet_role = "keys";
     c->fleet_priority = 100;
     c->fleet_lease_ttl = 10;
+    c->fleet_drain_delay_ns = KL_NS_PER_S;
 }
 
 _Static_assert(offsetof(kl_settings, cfg) == 0,

@@ -9,7 +9,9 @@
  * - death: B and C serve the key; B is killed with SIGKILL under load
  *   through A: A drops B within the lease TTL (+ 1 s), and not one client
  *   request fails (C remains);
- * - a clean stop (SIGTERM) removes the record at once (the lease revoked);
+ * - a clean stop (SIGTERM) marks the record draining, serves on for
+ *   fleet_drain_delay, then removes the record at once (the lease
+ *   revoked); a second SIGTERM cuts the delay short;
  * - only the router (role router) routes: the key servers open no remote
  *   connections;
  * - --check names each bad fleet option with its fix, and a router's
@@ -276,11 +278,30 @@ static void test_join_death_stop(void **state)
     assert_int_equal(rs_log_count(&a, "routing from the directory"), 1);
     assert_int_equal(rs_log_count(&c, "routing from the directory"), 0);
 
-    /* a clean stop: the record goes at once */
-    assert_int_equal(td_stop(&c, 0), 0);
+    /* a clean stop: the record says draining while the server still
+     * serves for fleet_drain_delay (1 s by default), then the record goes
+     * at once (the lease revoked) */
+    double ts = td_now_ms();
+    td_signal(&c, SIGTERM);
+    while (health_of("fc") != KL_FLEET_HEALTH_DRAINING &&
+           td_now_ms() - ts < 700)
+        ec_sleep_ms(10);
+    assert_int_equal(health_of("fc"), KL_FLEET_HEALTH_DRAINING);
+    assert_true(sign_ok(ca)); /* fc, the only server of the key, answers */
+    assert_int_equal(td_wait(&c, 10000), 0);
+    double drained = td_now_ms() - ts;
+    fprintf(stderr, "drain: fc exited %.0f ms after SIGTERM\n", drained);
+    assert_true(drained >= 1000);
     assert_false(present("fc"));
     kl_client_close(ca);
+    /* a second SIGTERM cuts the drain delay short */
+    td_signal(&a, SIGTERM);
+    ec_sleep_ms(100);
+    ts = td_now_ms();
     assert_int_equal(td_stop(&a, 0), 0);
+    fprintf(stderr, "drain: fa exited %.0f ms after its second SIGTERM\n",
+            td_now_ms() - ts);
+    assert_true(td_now_ms() - ts < 800);
     assert_false(present("fa"));
 }
 
