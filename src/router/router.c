@@ -164,6 +164,7 @@ void kl_rt_attempt_failed(kl_rreq *q)
     }
     q->rm->failed++;
     q->rm->up = false;
+    q->uncounted++; /* a lost connection (kl_rt_may_try) */
     kl_rt_next_attempt(q);
 }
 
@@ -186,7 +187,7 @@ void kl_rt_next_attempt(kl_rreq *q)
                      NULL, 0);
         return;
     }
-    while (q->attempts < (unsigned)r->o.max_attempts) {
+    while (kl_rt_may_try(q, r->o.max_attempts)) {
         kl_remote *cand[KL_RT_MAX_ATTEMPTS];
         size_t n = kl_rt_candidates(r, r->table, k, q->spec.has_compliance,
                                     q->spec.compliance, q->tried, q->attempts,
@@ -195,6 +196,8 @@ void kl_rt_next_attempt(kl_rreq *q)
             break;
         kl_remote *rm = cand[0];
         q->tried[q->attempts++] = rm;
+        /* an attempt that cannot go out is not counted (kl_rt_may_try) */
+        q->uncounted++;
         if (!rm->in_table)
             continue;
         kl_upconn *c = kl_remote_conn(rm);
@@ -229,6 +232,7 @@ void kl_rt_next_attempt(kl_rreq *q)
             kl_trace_attempt_end(r->o.tracer, &q->tra, kl_status_str(st), true);
             continue;
         }
+        q->uncounted--; /* sent: it counts unless its connection is lost */
         q->rm = rm;
         rm->sent++;
         if (q->attempts > 1)
@@ -274,6 +278,8 @@ static void on_answer(void *arg, const kl_result *res)
             kl_info("router: remote %s: %s; trying the next route", rm->name,
                     kl_upconn_why(uc, res->status, why, sizeof why));
         rm->up = false;
+        if (res->status != KL_E_TIMEOUT)
+            q->uncounted++; /* the connection was lost (kl_rt_may_try) */
         kl_rt_next_attempt(q);
         return;
     }

@@ -43,6 +43,9 @@ static inline int kl_rt_ms(uint64_t ns)
        */
 #define KL_RT_MAX_CONNS 64
 #define KL_RT_MAX_ATTEMPTS 8
+/* Remotes one request may try, counted attempts and those a lost
+ * connection ended too soon to count (router.c, kl_rt_may_try) */
+#define KL_RT_MAX_TRIED 16
 #define KL_RT_CTX_MAX 1024
 
 typedef struct kl_remote kl_remote;
@@ -133,13 +136,27 @@ struct kl_rreq {
     uint64_t t0_ns; /* kl_router_route: the answer's hold is 1% of now - t0 */
     uint32_t hops;
     unsigned attempts, not_found;
-    kl_remote *tried[KL_RT_MAX_ATTEMPTS];
+    unsigned uncounted; /* attempts max_attempts does not count */
+    kl_remote *tried[KL_RT_MAX_TRIED];
     kl_route_done_fn done;
     void *arg;
     kl_request_spec spec; /* points into data */
     kl_trace_attempt tra; /* router thread only */
     uint8_t data[];
 };
+
+/* Whether q may make one more attempt. max_attempts counts the attempts
+ * that timed out or were answered with an error; an attempt ended by a
+ * lost connection (the remote or the path to it went away; it works on
+ * nothing more) is not counted, so that a request fails over past a data
+ * centre whose servers all went at once, each lost in turn as the request
+ * reaches it (docs/ROUTING.md "How it works", Moving on). KL_RT_MAX_TRIED
+ * distinct remotes and the deadline bound every attempt, counted or not. */
+static inline bool kl_rt_may_try(const kl_rreq *q, int max_attempts)
+{
+    return q->attempts < KL_RT_MAX_TRIED &&
+           q->attempts - q->uncounted < (unsigned)max_attempts;
+}
 
 /* Counters: written by the router thread (and kl_router_route), read by
  * anyone. */

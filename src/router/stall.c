@@ -116,7 +116,7 @@ void kl_rt_stall_arm(kl_upconn *c)
 static bool can_fail_over(const kl_rreq *q)
 {
     kl_router *r = q->r;
-    if (q->attempts >= (unsigned)r->o.max_attempts)
+    if (!kl_rt_may_try(q, r->o.max_attempts))
         return false;
     const kl_rt_key *k = kl_rt_find(r->table, q->spec.ski);
     if (!k)
@@ -217,7 +217,7 @@ static bool overtaken(kl_upconn *c, const kl_rreq *q, uint64_t gap)
 /* Forgets that rm was tried, so that q may go to it again. */
 static void untry(kl_rreq *q, const kl_remote *rm)
 {
-    for (unsigned i = 0; i < q->attempts && i < KL_RT_MAX_ATTEMPTS; i++)
+    for (unsigned i = 0; i < q->attempts && i < KL_RT_MAX_TRIED; i++)
         if (q->tried[i] == rm)
             q->tried[i] = NULL;
 }
@@ -229,7 +229,7 @@ static void lost(kl_upconn *c, kl_rreq *q)
     kl_router *r = q->r;
     kl_remote *rm = c->rm;
     bool elsewhere = can_fail_over(q);
-    bool again = !elsewhere && q->attempts < (unsigned)r->o.max_attempts;
+    bool again = !elsewhere && kl_rt_may_try(q, r->o.max_attempts);
     bool move = elsewhere || again;
     pthread_mutex_lock(&r->mu);
     /* as in overdue: a cancelled one is the inbox's, one whose answer is
