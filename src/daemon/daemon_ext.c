@@ -14,6 +14,7 @@
 #include "daemon/daemon.h"
 #include "daemon/daemon_ext.h"
 #include "daemon/daemon_fleet.h"
+#include "daemon/daemon_seal.h"
 #include "tls/certcheck.h"
 
 /* The router's options as the configuration has them (unset: NULL). */
@@ -135,6 +136,7 @@ static bool start_fleet_router(kl_daemon_ext *x, const kl_config *cfg)
     kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
     o.table_file = NULL;
     o.tracer = x->tracer;
+    o.policy_ops = &kl_daemon_policy_ops; /* sealed keys held elsewhere */
     char err[1024];
     if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
         kl_error("fleet: router: %s; not starting", err);
@@ -175,6 +177,7 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
     }
     kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
     o.tracer = x->tracer;
+    o.policy_ops = &kl_daemon_policy_ops; /* sealed keys held elsewhere */
     char err[1024];
     if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
         kl_error("router_table: %s; not starting", err);
@@ -273,6 +276,21 @@ static void on_scrape(kl_metrics *m, void *arg)
                 m, c, kl_pool_queued(x->pool, (kl_cost_class)c));
     kl_metrics_set_keys_loaded(m, atomic_load(&x->keys));
     kl_metrics_set_sealed_refused(m, kl_keys_sealed_refused_total());
+    /* sealed keys held elsewhere that no remote could take: the router's
+     * (no eligible remote) and the shards' (no router) */
+    uint64_t unroutable = 0;
+    kl_server *srv = atomic_load(&x->srv);
+    if (srv) {
+        kl_server_stats ss;
+        kl_server_get_stats(srv, &ss);
+        unroutable += ss.sealed_unroutable;
+    }
+    if (x->router) {
+        kl_router_stats rs;
+        kl_router_get_stats(x->router, &rs);
+        unroutable += rs.sealed_no_remote;
+    }
+    kl_metrics_set_sealed_unroutable(m, unroutable);
     kl_dfleet_scrape(x->fleet, m);
     /* per upstream route, and the trace exporter */
     if (x->router) {

@@ -38,6 +38,9 @@ typedef struct kl_daemon_ext {
     bool identities;         /* metrics_identities at start (restart-only) */
     struct kl_dfleet *fleet; /* NULL: no fleet (daemon_fleet.h) */
     bool router_has_file;    /* router_table: SIGHUP re-reads it */
+    /* the server, for the sealed keys no remote could take (set once it
+     * serves; read at scrape) */
+    _Atomic(kl_server *) srv;
 } kl_daemon_ext;
 
 /* Creates the metrics object (metrics_port set), the router (router_table

@@ -177,6 +177,7 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
         kl_error("cannot start the shard threads");
         goto stop;
     }
+    atomic_store(&x.srv, srv); /* the sealed-key metric at scrape */
     kl_ext_serve(&x, cfg, pool, nkeys);
     r = kl_reloader_new(srv, cfg, argc, argv, ks);
     cfg = NULL; /* the reloader owns it */

@@ -96,7 +96,7 @@ static void rjob_done(void *arg, kl_status err, const uint8_t *payload,
  * kl_acl_allows_ski judges (`ski:` and "*" rules can name it). */
 kl_status kl_routed_submit(kl_conn *c, const kl_request *req,
                            const kl_req_context *ctx, const kl_req_trace *rt,
-                           uint64_t t0_ns)
+                           uint64_t t0_ns, const char *sealed_policy)
 {
     kl_shard *s = c->shard;
     kl_server *srv = s->srv;
@@ -135,7 +135,7 @@ kl_status kl_routed_submit(kl_conn *c, const kl_request *req,
     /* The router copies the request (SKI, payload, compliance region, span
      * context, request context with hops + 1): the input buffer may move
      * on. done never runs inside this call. */
-    kl_route_req rr = {req, ctx, false};
+    kl_route_req rr = {req, ctx, false, sealed_policy};
     /* a traced request goes upstream with our binary span
      * context naming its route span; the router rewrites it per attempt */
     kl_request traced;

@@ -91,9 +91,9 @@ KL_WUR kl_status kl_keystore_add_file(kl_keystore *ks, const char *path);
  * refused (KL_E_KEY). The plaintext lives only in the key's memory. */
 KL_WUR kl_status kl_keystore_add_sealed(kl_keystore *ks, const char *path);
 /* Sealed keys this server cannot open: their policy (canonical form), or
- * NULL for an SKI not held elsewhere. Routing requests for them to a
- * region their policy allows is for the geo router; until then such a
- * request is answered `key not found`. */
+ * NULL for an SKI not held elsewhere; one hash probe. A request for one
+ * is forwarded by the geo router to a remote whose attributes satisfy
+ * the policy (docs/SEALING.md "keylessd and sealed keys"). */
 const char *kl_keystore_held_elsewhere(const kl_keystore *ks,
                                        const uint8_t ski[KL_SKI_LEN]);
 size_t kl_keystore_held_elsewhere_count(const kl_keystore *ks);

@@ -315,6 +315,9 @@ void kl_rt_install(kl_router *r, kl_rt_table *t)
     }
     kl_rt_table *old = r->table;
     r->table = t;
+    /* sealed keys: every policy's remotes from the new table (sealed.c) */
+    r->table_gen++;
+    kl_rt_pclass_refresh(r);
     atomic_store(&r->published, t); /* kl_router_has_key: no lock */
     if (old) /* a shard may still be reading it: freed once none is */
         kl_rt_retire(r, old);

@@ -178,19 +178,30 @@ void kl_rt_next_attempt(kl_rreq *q)
         return;
     }
     const kl_rt_key *k = kl_rt_find(r->table, q->spec.ski);
-    if (!k) {
+    /* a sealed key the table does not route: the remotes its policy
+     * admits (sealed.c) */
+    kl_rt_pclass *pc = !k && q->policy ? kl_rt_pclass_get(r, q->policy) : NULL;
+    if (!k && (!pc || !pc->n)) {
         /* the table changed under it: no server has the key any more */
-        if (!q->attempts)
+        if (!q->attempts) {
             KL_RT_INC(r, not_found);
+            if (q->policy)
+                KL_RT_INC(r, sealed_no_remote);
+        }
         kl_rt_finish(q, q->attempts ? KL_E_REMOTE_CONFIG : KL_E_KEY_NOT_FOUND,
                      NULL, 0);
         return;
     }
     while (q->attempts < (unsigned)r->o.max_attempts) {
         kl_remote *cand[KL_RT_MAX_ATTEMPTS];
-        size_t n = kl_rt_candidates(r, r->table, k, q->spec.has_compliance,
-                                    q->spec.compliance, q->tried, q->attempts,
-                                    cand, 1);
+        size_t n =
+            k ? kl_rt_candidates(r, r->table, k, q->spec.has_compliance,
+                                 q->spec.compliance, q->tried, q->attempts,
+                                 cand, 1)
+              : kl_rt_candidates_sealed(r, r->table, pc->servers, pc->n,
+                                        q->spec.has_compliance,
+                                        q->spec.compliance, q->tried,
+                                        q->attempts, cand, 1);
         if (!n)
             break;
         kl_remote *rm = cand[0];
@@ -317,12 +328,15 @@ static void start(kl_rreq *q)
         kl_rt_finish(q, KL_E_REMOTE_CONFIG, NULL, 0);
         return;
     }
-    if (!q->spec.ski || !kl_rt_find(r->table, q->spec.ski)) {
+    if (!q->spec.ski ||
+        (!kl_rt_find(r->table, q->spec.ski) && !q->policy)) {
         KL_RT_INC(r, not_found);
         kl_rt_finish(q, KL_E_KEY_NOT_FOUND, NULL, 0);
         return;
     }
-    kl_rt_next_attempt(q);
+    if (q->policy && !kl_rt_find(r->table, q->spec.ski))
+        KL_RT_INC(r, sealed_routed);
+    kl_rt_next_attempt(q); /* no eligible remote: `key not found` there */
 }
 
 /* ---- the loop thread --------------------------------------------------- */
@@ -525,6 +539,7 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
     pthread_cond_init(&r->control_cv, NULL);
     pthread_cond_init(&r->snap_cv, NULL);
     pthread_cond_init(&r->install_cv, NULL);
+    kl_rt_pclass_init(r);
     r->loop = kl_loop_new();
     if ((opts->table_file && !r->table_file) || !r->ca_file || !r->loop ||
         (opts->dns_server && !r->dns_server)) {
@@ -583,6 +598,8 @@ void kl_router_free(kl_router *r)
     kl_rt_table_free(r->pending);
     kl_rt_retire_reap(r, true);
     kl_rt_table_free(r->table);
+    kl_rt_pclass_free_all(r);
+    kl_hmap_free(&r->pclasses);
     if (r->loop)
         kl_loop_free(r->loop);
     pthread_mutex_destroy(&r->mu);
@@ -605,8 +622,14 @@ kl_status kl_router_route(kl_router *r, const kl_route_req *rr,
 {
     const kl_request *req = rr->req;
     size_t size = kl_rt_forward_size(req);
-    kl_rreq *q = calloc(1, sizeof *q + size + KL_RT_CTX_MAX);
+    size_t plen = rr->sealed_policy ? strlen(rr->sealed_policy) + 1 : 0;
+    kl_rreq *q = calloc(1, sizeof *q + size + KL_RT_CTX_MAX + plen);
     KL_ENSURE(q != NULL, KL_E_NOMEM);
+    if (plen) { /* after the request context's room */
+        char *pt = (char *)q->data + size + KL_RT_CTX_MAX;
+        memcpy(pt, rr->sealed_policy, plen);
+        q->policy = pt;
+    }
     char *json = (char *)q->data + size;
     if (kl_rt_forward_fill(req, rr->ctx, &q->spec, q->data, json,
                            KL_RT_CTX_MAX) != KL_OK) {
@@ -742,6 +765,9 @@ void kl_router_get_stats(kl_router *r, kl_router_stats *out)
     out->reloads = LD(reloads);
     out->reload_errors = LD(reload_errors);
     out->generation = LD(generation);
+    out->sealed_routed = LD(sealed_routed);
+    out->sealed_no_remote = LD(sealed_no_remote);
+    out->sealed_policies = LD(sealed_policies);
 #undef LD
     out->fds = atomic_load(&r->fds);
     out->retired = atomic_load(&r->nretired);

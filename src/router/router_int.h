@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "core/hmap.h"
 #include "core/time.h"
 #include "keyless/client.h"
 #include "loop/loop.h"
@@ -113,6 +114,18 @@ struct kl_remote {
     uint64_t idle_closed; /* extra connections closed for idleness */
 };
 
+/* A sealing policy and the current table's servers that satisfy it
+ * (sealed.c). Router thread only. */
+typedef struct kl_rt_pclass {
+    char *text;
+    size_t len;
+    uint64_t hash;
+    void *policy;      /* policy_ops->parse's; NULL: satisfied by none */
+    uint32_t *servers; /* indices into the table's servers */
+    size_t n;
+    unsigned gen; /* the table they were computed for (table_gen) */
+} kl_rt_pclass;
+
 struct kl_rreq {
     kl_router *r;
     kl_rreq *inbox_next;
@@ -136,6 +149,7 @@ struct kl_rreq {
     kl_remote *tried[KL_RT_MAX_ATTEMPTS];
     kl_route_done_fn done;
     void *arg;
+    const char *policy; /* a sealed key's policy text (in data), or NULL */
     kl_request_spec spec; /* points into data */
     kl_trace_attempt tra; /* router thread only */
     uint8_t data[];
@@ -145,7 +159,9 @@ struct kl_rreq {
  * anyone. */
 typedef struct kl_rt_counters {
     _Atomic uint64_t routed, answered, no_route, not_found, hop_limit, expired,
-        cancelled, retries, reloads, reload_errors;
+        cancelled, retries, reloads, reload_errors, sealed_routed,
+        sealed_no_remote;
+    _Atomic unsigned sealed_policies;
     _Atomic unsigned generation;
 } kl_rt_counters;
 #define KL_RT_INC(r, f)                                                        \
@@ -194,6 +210,10 @@ struct kl_router {
      * once the half the readers counted in before the flip is 0: a grace
      * period, waited for without spinning (kl_rt_retire_reap) */
     _Atomic(kl_rt_table *) published;
+    /* sealing policies asked for (sealed.c), router thread only; the
+     * install count they are computed against */
+    kl_hmap pclasses;
+    unsigned table_gen;
     atomic_uint epoch;
     atomic_uint readers[2];
     kl_rt_table *retired_wait, *retired_next;
@@ -277,6 +297,29 @@ size_t kl_rt_candidates(const kl_router *r, const kl_rt_table *t,
                         size_t ntried, kl_remote **out, size_t max);
 /* Orders remotes best first (exposed for the unit test). */
 void kl_rt_order(kl_remote **rms, size_t n, int tolerance_pct);
+
+/* The same for a sealed key: the eligible servers (indices into t's
+ * servers) that are remotes, satisfy the compliance byte and are not in
+ * tried[]. */
+size_t kl_rt_candidates_sealed(const kl_router *r, const kl_rt_table *t,
+                               const uint32_t *servers, size_t nservers,
+                               bool has_compliance, uint8_t compliance,
+                               kl_remote *const *tried, size_t ntried,
+                               kl_remote **out, size_t max);
+
+/* sealed.c: sealed keys held elsewhere (router.h kl_rt_policy_ops).
+ * The servers of t (indices, into out: room for t->nservers) that open
+ * sealed keys and whose attributes satisfy policy; returns how many. */
+size_t kl_rt_eligible(const kl_rt_table *t, const kl_rt_policy_ops *ops,
+                      const void *policy, uint32_t *out);
+/* The class of a policy text, computed for the current table; NULL when
+ * out of memory. Router thread. */
+kl_rt_pclass *kl_rt_pclass_get(kl_router *r, const char *text);
+/* A new table is current: every class is computed again. Router
+ * thread. */
+void kl_rt_pclass_refresh(kl_router *r);
+void kl_rt_pclass_init(kl_router *r);
+void kl_rt_pclass_free_all(kl_router *r);
 
 /* forward.c */
 size_t kl_rt_forward_size(const kl_request *req);

@@ -131,6 +131,15 @@ static kl_status build_members(kl_rt_table *t, const kl_fleet_view *v,
         snprintf(s->host, sizeof s->host, "%s", fs->host);
         snprintf(s->region, sizeof s->region, "%s", fs->region);
         s->port = fs->port;
+        /* sealed keys: a server that publishes a sealing key opens those
+         * whose policy its published attributes satisfy (docs/FLEET.md
+         * "The server record") */
+        s->sealing = fs->seal_kem != 0;
+        s->attr_first = (uint32_t)t->nsattrs;
+        for (size_t a = 0; s->sealing && a < fs->n_seal_attrs; a++)
+            KL_GUARD(kl_rt_table_add_sattr(t, fs->seal_attrs[a].name,
+                                           fs->seal_attrs[a].value));
+        s->nattrs = (uint32_t)(t->nsattrs - s->attr_first);
         /* draining, then degraded, come last when latencies tie */
         s->priority =
             fs->priority + (fs->health == KL_FLEET_HEALTH_DRAINING   ? 2000000
