@@ -40,9 +40,26 @@ static void count_report(void *arg, int level, const char *msg)
     kl_log(level, "%s", msg);
 }
 
+/* The same, an error made a warning: for a keys server whose router only
+ * forwards sealed keys held elsewhere, a router certificate the remotes
+ * would refuse costs those keys, not the server. */
+static void warn_report(void *arg, int level, const char *msg)
+{
+    if (level < KL_LOG_WARN) {
+        count_report(arg, level, msg);
+        return;
+    }
+    kl_problems_count(arg, KL_LOG_WARN);
+    kl_log(KL_LOG_WARN,
+           "%s (sealed keys held elsewhere are answered key not found: this "
+           "keys server starts without forwarding them)",
+           msg);
+}
+
 /* The router's client certificate toward remotes (a table naming
  * remotes, or the fleet directory's). */
-static void check_router_cert(const kl_config *cfg, kl_problems *p)
+static void check_router_cert(const kl_config *cfg, kl_problems *p,
+                              bool warn_only)
 {
     const kl_router_opts *rc = router_cfg(cfg);
     /* The router's identity toward the remotes must be a TLS client
@@ -67,7 +84,7 @@ static void check_router_cert(const kl_config *cfg, kl_problems *p)
                      "it, or reissue auth_cert with both serverAuth and "
                      "clientAuth",
         .now = cfg->has_current_time ? cfg->current_time_unix : 0,
-        .report = count_report,
+        .report = warn_only ? warn_report : count_report,
         .arg = p,
     };
     kl_certcheck_client(&cc);
@@ -77,7 +94,9 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
 {
     kl_dfleet_check(cfg, p);
     if (kl_dfleet_routes(cfg))
-        check_router_cert(cfg, p); /* remotes come and go: check it now */
+        check_router_cert(cfg, p, false); /* remotes come and go: now */
+    else if (kl_dfleet_routes_sealed(cfg))
+        check_router_cert(cfg, p, true);
     const kl_router_opts *rc = router_cfg(cfg);
     if (!rc->table_file || !*rc->table_file)
         return;
@@ -94,7 +113,7 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
     kl_rt_table_free(t);
     if (remotes == 0)
         return; /* no remote: the router presents no certificate */
-    check_router_cert(cfg, p);
+    check_router_cert(cfg, p, false);
 }
 
 /* docs/TRACING.md: one span ring per shard. A tracer that
@@ -127,7 +146,7 @@ static bool start_fleet(kl_daemon_ext *x, const kl_config *cfg,
 static bool start_fleet_router(kl_daemon_ext *x, const kl_config *cfg)
 {
     kl_problems p = {0};
-    check_router_cert(cfg, &p); /* the fleet options: kl_dfleet_start */
+    check_router_cert(cfg, &p, false); /* fleet options: kl_dfleet_start */
     if (p.errors) {
         kl_error("not starting: fix the router's certificate, then check "
                  "with keylessd --check");
@@ -137,6 +156,29 @@ static bool start_fleet_router(kl_daemon_ext *x, const kl_config *cfg)
     o.table_file = NULL;
     o.tracer = x->tracer;
     o.policy_ops = &kl_daemon_policy_ops; /* sealed keys held elsewhere */
+    char err[1024];
+    if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
+        kl_error("fleet: router: %s; not starting", err);
+        x->router = NULL;
+        return false;
+    }
+    return start_fleet(x, cfg, x->router);
+}
+
+/* A registered keys server with a sealing key: a router for its sealed
+ * keys held elsewhere, fed by the directory's records (docs/FLEET.md
+ * "Sealed keys"). A router certificate the remotes would refuse is a
+ * warning: the server starts without the router. */
+static bool start_fleet_sealed_router(kl_daemon_ext *x, const kl_config *cfg)
+{
+    kl_problems p = {0};
+    check_router_cert(cfg, &p, true);
+    if (p.errors || p.warnings)
+        return start_fleet(x, cfg, NULL);
+    kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
+    o.table_file = NULL;
+    o.tracer = x->tracer;
+    o.policy_ops = &kl_daemon_policy_ops;
     char err[1024];
     if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
         kl_error("fleet: router: %s; not starting", err);
@@ -164,6 +206,8 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
         start_tracing(x, cfg);
     if (kl_dfleet_routes(cfg))
         return start_fleet_router(x, cfg);
+    if (kl_dfleet_routes_sealed(cfg))
+        return start_fleet_sealed_router(x, cfg);
     const kl_router_opts *rc = router_cfg(cfg);
     if (!rc->table_file || !*rc->table_file)
         return start_fleet(x, cfg, NULL);

@@ -80,6 +80,17 @@ bool kl_dfleet_routes(const kl_config *cfg)
             role != KL_FLEET_ROLE_KEYS);
 }
 
+bool kl_dfleet_routes_sealed(const kl_config *cfg)
+{
+    const char *table = kl_settings_of_c(cfg)->router.table_file;
+    kl_fleet_role role = KL_FLEET_ROLE_KEYS;
+    return kl_dfleet_configured(cfg) && !(table && *table) &&
+           or_null(cfg->fleet_name) && or_null(cfg->sealing_key) &&
+           kl_fleet_role_parse(cfg->fleet_role ? cfg->fleet_role : "",
+                               &role) &&
+           role == KL_FLEET_ROLE_KEYS;
+}
+
 static bool wildcard(const char *a)
 {
     return !a || !*a || !strcmp(a, "0.0.0.0") || !strcmp(a, "::") ||
@@ -308,11 +319,13 @@ kl_dfleet *kl_dfleet_start(const kl_config *cfg, kl_router *router, bool *ok)
             *ok = false;
         }
     }
-    if (*ok && router && kl_dfleet_routes(cfg)) {
+    bool sealed_only = !kl_dfleet_routes(cfg) && kl_dfleet_routes_sealed(cfg);
+    if (*ok && router && (kl_dfleet_routes(cfg) || sealed_only)) {
         kl_fleet_dir_opts d = {.etcd = etcd_opts(cfg, &e),
                                .prefix = cfg->fleet_prefix};
         if (kl_rt_fleet_feed_start(router, &d, or_null(cfg->fleet_name),
-                                   &f->feed, err, sizeof err) != KL_OK) {
+                                   sealed_only, &f->feed, err,
+                                   sizeof err) != KL_OK) {
             kl_error("fleet: directory: %s; not starting", err);
             *ok = false;
         }
@@ -324,7 +337,10 @@ kl_dfleet *kl_dfleet_start(const kl_config *cfg, kl_router *router, bool *ok)
     kl_info("fleet: etcd %s, prefix %s%s%s%s", cfg->fleet_etcd_endpoints,
             cfg->fleet_prefix, f->member ? ", registering as " : "",
             f->member ? cfg->fleet_name : "",
-            f->feed ? ", routing from the directory" : "");
+            !f->feed      ? ""
+            : sealed_only ? ", routing its sealed keys held elsewhere from "
+                            "the directory"
+                          : ", routing from the directory");
     return f;
 }
 

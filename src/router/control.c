@@ -308,9 +308,10 @@ void kl_rt_install(kl_router *r, kl_rt_table *t)
         /* the table may have moved it to another region or priority */
         snprintf(rm->region, sizeof rm->region, "%s", s->region);
         rm->priority = s->priority;
+        rm->on_demand = s->on_demand;
         rm->in_table = true;
         s->remote = rm;
-        if (fresh)
+        if (fresh && !rm->on_demand)
             kl_remote_start(rm); /* opened in advance, probed now */
     }
     kl_rt_table *old = r->table;

@@ -101,6 +101,7 @@ struct kl_remote {
     char region[KL_RT_NAME_MAX + 1];
     int priority;
     bool in_table;
+    bool on_demand; /* kl_rt_server's: no connection until asked for */
     bool up;
     bool measured;
     double ewma_ns;

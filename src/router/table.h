@@ -36,6 +36,10 @@ typedef struct kl_rt_server {
      * sattrs[attr_first .. attr_first + nattrs - 1]. */
     bool sealing;
     uint32_t attr_first, nattrs;
+    /* connected at its first forwarded request, not when installed, and
+     * probed only once it has a connection (a "keys" server's remotes for
+     * its sealed keys: docs/FLEET.md "Sealed keys") */
+    bool on_demand;
 } kl_rt_server;
 
 /* A sealing attribute of a server (name and value of the sealing policy
