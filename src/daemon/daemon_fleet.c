@@ -86,8 +86,7 @@ bool kl_dfleet_routes_sealed(const kl_config *cfg)
     kl_fleet_role role = KL_FLEET_ROLE_KEYS;
     return kl_dfleet_configured(cfg) && !(table && *table) &&
            or_null(cfg->fleet_name) && or_null(cfg->sealing_key) &&
-           kl_fleet_role_parse(cfg->fleet_role ? cfg->fleet_role : "",
-                               &role) &&
+           kl_fleet_role_parse(cfg->fleet_role ? cfg->fleet_role : "", &role) &&
            role == KL_FLEET_ROLE_KEYS;
 }
 

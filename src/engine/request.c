@@ -338,10 +338,9 @@ static kl_status handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
         const char *sealed = NULL;
         if (!key && s->srv->o.router &&
             (kl_router_has_key(s->srv->o.router, req.ski) ||
-             (sealed = kl_keystore_held_elsewhere(kl_shard_keys(s),
-                                                  req.ski)))) {
-            kl_status err =
-                kl_routed_submit(c, &req, pctx, rt, t0_ns, sealed);
+             (sealed =
+                  kl_keystore_held_elsewhere(kl_shard_keys(s), req.ski)))) {
+            kl_status err = kl_routed_submit(c, &req, pctx, rt, t0_ns, sealed);
             *later = err == KL_OK;
             return err;
         }

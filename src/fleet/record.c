@@ -68,8 +68,7 @@ void kl_fleet_server_clear(kl_fleet_server *s)
     memset(s, 0, sizeof *s);
 }
 
-kl_status kl_fleet_server_copy(kl_fleet_server *dst,
-                               const kl_fleet_server *src)
+kl_status kl_fleet_server_copy(kl_fleet_server *dst, const kl_fleet_server *src)
 {
     kl_fleet_server tmp = *src;
     tmp.sets = NULL;
@@ -147,8 +146,8 @@ static bool seal_key_ok(uint16_t kem, const uint8_t *pk, size_t len)
 }
 
 kl_status kl_fleet_server_set_sealing(kl_fleet_server *s, uint16_t kem,
-                                      const uint8_t *pk, size_t len,
-                                      char *err, size_t errlen)
+                                      const uint8_t *pk, size_t len, char *err,
+                                      size_t errlen)
 {
     if (!pk || !seal_key_ok(kem, pk, len)) {
         kl_errf(err, errlen,
@@ -525,8 +524,8 @@ static bool seal_attr_add(kl_fleet_server *s, const char *k, const json_t *v)
 {
     return json_is_string(v) &&
            !memchr(json_string_value(v), 0, json_string_length(v)) &&
-           kl_fleet_server_add_seal_attr(s, k, json_string_value(v), NULL,
-                                         0) == KL_OK;
+           kl_fleet_server_add_seal_attr(s, k, json_string_value(v), NULL, 0) ==
+               KL_OK;
 }
 
 /* "sealing" (absent: no sealing key). Unknown members are ignored, as in

@@ -48,9 +48,9 @@ typedef struct kl_fleet_attr {
 /* A sealing attribute (docs/SEALING.md): name and value in the sealing
  * policy grammar (seal/policy.h), so a policy can name every one; a
  * name may have several values. */
-#define KL_FLEET_SEAL_WORD 64   /* a sealing attribute's name or value */
-#define KL_FLEET_SEAL_ATTRS 64  /* sealing attribute values of a server */
-#define KL_FLEET_SEAL_PK_MAX 65 /* an uncompressed P-256 point */
+#define KL_FLEET_SEAL_WORD 64       /* a sealing attribute's name or value */
+#define KL_FLEET_SEAL_ATTRS 64      /* sealing attribute values of a server */
+#define KL_FLEET_SEAL_PK_MAX 65     /* an uncompressed P-256 point */
 #define KL_FLEET_KEM_P256 0x0010u   /* DHKEM(P-256, HKDF-SHA256) */
 #define KL_FLEET_KEM_X25519 0x0020u /* DHKEM(X25519, HKDF-SHA256) */
 typedef struct kl_fleet_sattr {
@@ -121,8 +121,8 @@ bool kl_fleet_seal_value_ok(const char *s, size_t len);
  * uncompressed for P-256) and appends a sealing attribute; checked,
  * KL_E_BAD_VALUE with err saying what is wrong. */
 kl_status kl_fleet_server_set_sealing(kl_fleet_server *s, uint16_t kem,
-                                      const uint8_t *pk, size_t len,
-                                      char *err, size_t errlen) KL_WUR;
+                                      const uint8_t *pk, size_t len, char *err,
+                                      size_t errlen) KL_WUR;
 kl_status kl_fleet_server_add_seal_attr(kl_fleet_server *s, const char *name,
                                         const char *value, char *err,
                                         size_t errlen) KL_WUR;

@@ -194,14 +194,13 @@ void kl_rt_next_attempt(kl_rreq *q)
     }
     while (q->attempts < (unsigned)r->o.max_attempts) {
         kl_remote *cand[KL_RT_MAX_ATTEMPTS];
-        size_t n =
-            k ? kl_rt_candidates(r, r->table, k, q->spec.has_compliance,
-                                 q->spec.compliance, q->tried, q->attempts,
-                                 cand, 1)
-              : kl_rt_candidates_sealed(r, r->table, pc->servers, pc->n,
-                                        q->spec.has_compliance,
+        size_t n = k ? kl_rt_candidates(r, r->table, k, q->spec.has_compliance,
                                         q->spec.compliance, q->tried,
-                                        q->attempts, cand, 1);
+                                        q->attempts, cand, 1)
+                     : kl_rt_candidates_sealed(r, r->table, pc->servers, pc->n,
+                                               q->spec.has_compliance,
+                                               q->spec.compliance, q->tried,
+                                               q->attempts, cand, 1);
         if (!n)
             break;
         kl_remote *rm = cand[0];
@@ -328,8 +327,7 @@ static void start(kl_rreq *q)
         kl_rt_finish(q, KL_E_REMOTE_CONFIG, NULL, 0);
         return;
     }
-    if (!q->spec.ski ||
-        (!kl_rt_find(r->table, q->spec.ski) && !q->policy)) {
+    if (!q->spec.ski || (!kl_rt_find(r->table, q->spec.ski) && !q->policy)) {
         KL_RT_INC(r, not_found);
         kl_rt_finish(q, KL_E_KEY_NOT_FOUND, NULL, 0);
         return;

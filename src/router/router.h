@@ -223,10 +223,10 @@ typedef struct kl_router_stats {
      * in not_found) */
     uint64_t sealed_routed, sealed_no_remote;
     unsigned sealed_policies; /* policies whose eligible remotes are kept */
-    unsigned fds;        /* descriptors used by upstream connections */
-    unsigned generation; /* tables installed so far */
-    unsigned retired;    /* replaced tables not freed yet (a reader may
-                            still hold them) */
+    unsigned fds;             /* descriptors used by upstream connections */
+    unsigned generation;      /* tables installed so far */
+    unsigned retired;         /* replaced tables not freed yet (a reader may
+                                 still hold them) */
 } kl_router_stats;
 
 void kl_router_get_stats(kl_router *r, kl_router_stats *out);

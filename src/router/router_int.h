@@ -150,7 +150,7 @@ struct kl_rreq {
     kl_remote *tried[KL_RT_MAX_ATTEMPTS];
     kl_route_done_fn done;
     void *arg;
-    const char *policy; /* a sealed key's policy text (in data), or NULL */
+    const char *policy;   /* a sealed key's policy text (in data), or NULL */
     kl_request_spec spec; /* points into data */
     kl_trace_attempt tra; /* router thread only */
     uint8_t data[];

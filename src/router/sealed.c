@@ -137,8 +137,7 @@ kl_rt_pclass *kl_rt_pclass_get(kl_router *r, const char *text)
         return NULL;
     }
     s->c = c;
-    atomic_store(&r->st.sealed_policies,
-                 (unsigned)kl_hmap_count(&r->pclasses));
+    atomic_store(&r->st.sealed_policies, (unsigned)kl_hmap_count(&r->pclasses));
     return c;
 }
 

@@ -84,7 +84,7 @@ typedef struct kl_rt_table {
     uint32_t **set_servers;
     uint32_t *set_nservers;
     size_t nsets;
-    unsigned refs; /* idx only: tables sharing it (atomic); 0: unshared */
+    unsigned refs;       /* idx only: tables sharing it (atomic); 0: unshared */
     kl_rt_sattr *sattrs; /* the servers' sealing attributes */
     size_t nsattrs, sattrs_cap;
     char region_of[256][KL_RT_NAME_MAX + 1]; /* tag 0x17 byte -> name, "" */

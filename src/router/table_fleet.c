@@ -118,24 +118,24 @@ static bool eligible(const kl_fleet_server *s, const char *self)
 static kl_status fill_server(kl_rt_table *t, const kl_fleet_server *fs)
 {
     kl_rt_server *s = &t->servers[t->nservers];
-        snprintf(s->name, sizeof s->name, "%s", fs->name);
-        snprintf(s->host, sizeof s->host, "%s", fs->host);
-        snprintf(s->region, sizeof s->region, "%s", fs->region);
-        s->port = fs->port;
-        /* sealed keys: a server that publishes a sealing key opens those
-         * whose policy its published attributes satisfy (docs/FLEET.md
-         * "The server record") */
-        s->sealing = fs->seal_kem != 0;
-        s->attr_first = (uint32_t)t->nsattrs;
-        for (size_t a = 0; s->sealing && a < fs->n_seal_attrs; a++)
-            KL_GUARD(kl_rt_table_add_sattr(t, fs->seal_attrs[a].name,
-                                           fs->seal_attrs[a].value));
-        s->nattrs = (uint32_t)(t->nsattrs - s->attr_first);
-        /* draining, then degraded, come last when latencies tie */
-        s->priority =
-            fs->priority + (fs->health == KL_FLEET_HEALTH_DRAINING   ? 2000000
-                            : fs->health == KL_FLEET_HEALTH_DEGRADED ? 1000000
-                                                                     : 0);
+    snprintf(s->name, sizeof s->name, "%s", fs->name);
+    snprintf(s->host, sizeof s->host, "%s", fs->host);
+    snprintf(s->region, sizeof s->region, "%s", fs->region);
+    s->port = fs->port;
+    /* sealed keys: a server that publishes a sealing key opens those
+     * whose policy its published attributes satisfy (docs/FLEET.md
+     * "The server record") */
+    s->sealing = fs->seal_kem != 0;
+    s->attr_first = (uint32_t)t->nsattrs;
+    for (size_t a = 0; s->sealing && a < fs->n_seal_attrs; a++)
+        KL_GUARD(kl_rt_table_add_sattr(t, fs->seal_attrs[a].name,
+                                       fs->seal_attrs[a].value));
+    s->nattrs = (uint32_t)(t->nsattrs - s->attr_first);
+    /* draining, then degraded, come last when latencies tie */
+    s->priority =
+        fs->priority + (fs->health == KL_FLEET_HEALTH_DRAINING   ? 2000000
+                        : fs->health == KL_FLEET_HEALTH_DEGRADED ? 1000000
+                                                                 : 0);
     return KL_OK;
 }
 

@@ -429,9 +429,9 @@ static kl_status parse_attrs(kl_rt_build *b, yaml_node_t *m, kl_rt_server *s)
                             s->name, name ? name : "(not a scalar)");
             has_region |= !strcmp(name, "region");
             if (v->type == YAML_SEQUENCE_NODE) {
-                if (v->data.sequence.items.start ==
-                    v->data.sequence.items.top)
-                    return fail(b, v, "servers: %s: attribute %s: an empty "
+                if (v->data.sequence.items.start == v->data.sequence.items.top)
+                    return fail(b, v,
+                                "servers: %s: attribute %s: an empty "
                                 "list; give at least one value",
                                 s->name, name);
                 FOR_ITEMS(i, v)

@@ -15,6 +15,10 @@
  *   with the original public key, through OpenSSL).
  * - The RSA key: no record's attributes satisfy region=ap-south: `key
  *   not found`, counted in keylessd_sealed_keys_unroutable_total.
+ * - keyless-seal seal --etcd takes its recipients from the directory (the
+ *   records' keys and attributes, no fleet file): a P-384 key sealed so
+ *   to region=eu-west names A alone, A opens it after a reload, and B
+ *   forwards it to A.
  * - A dies (SIGKILL); its lease expires, B's table drops it, and the ECDSA
  *   key is answered `key not found` and counted too. */
 #include "etcd_common.h"
@@ -37,7 +41,8 @@ static te_cluster cluster;
 static kl_etcd *cl;
 static td_daemon a, b;
 static char *dir;
-static char seal[1100], pub_ec[1100], pub_rsa[1100], endpoints[160];
+static char seal[1100], pub_ec[1100], pub_rsa[1100], pub_p384[1100],
+    endpoints[160];
 static char server_b[64];
 static uint16_t mport_b;
 static tt_tool cli;
@@ -121,8 +126,7 @@ static void start_node(td_daemon *d, size_t i, uint16_t mport)
              nodes[i][1]);
     snprintf(f[i][4], sizeof f[i][4], "--router-cert=%s",
              tp_path("client.crt"));
-    snprintf(f[i][5], sizeof f[i][5], "--router-key=%s",
-             tp_path("client.key"));
+    snprintf(f[i][5], sizeof f[i][5], "--router-key=%s", tp_path("client.key"));
     snprintf(f[i][6], sizeof f[i][6], "--metrics-port=%u", mport);
     snprintf(rel, sizeof rel, "keys-%s", nodes[i][0]);
     const char *extra[] = {endpoints,
@@ -306,6 +310,67 @@ static void test_routed_from_directory(void **state)
     assert_int_equal(metric("keylessd_sealed_keys_unroutable_total"), 1);
 }
 
+static bool log_has(const td_daemon *d, const char *needle)
+{
+    return rs_log_count(d, needle) > 0;
+}
+
+static void test_seal_from_directory(void **state)
+{
+    (void)state;
+    EVP_PKEY *k = tp_genkey(dir, "p384.pem", "EC", "P-384", 0);
+    tt_keep(pub_p384, at("p384.pub.pem"));
+    write_pub(k, pub_p384);
+    EVP_PKEY_free(k);
+    const char *argv[] = {seal,
+                          "seal",
+                          "--policy",
+                          "region=eu-west",
+                          "--etcd",
+                          cluster.m[0].url,
+                          "--prefix",
+                          PREFIX,
+                          at("p384.pem"),
+                          "-o",
+                          at("p384.sealed"),
+                          NULL};
+    char *out = NULL;
+    int st = td_run(argv, &out, 60000);
+    if (st != 0)
+        fail_msg("keyless-seal seal --etcd: exit %d:\n%s", st, out);
+    assert_non_null(strstr(out, "2 server(s) with a sealing key"));
+    assert_non_null(strstr(out, "recipient node   a\n"));
+    assert_null(strstr(out, "recipient node   b"));
+    free(out);
+    /* a policy no record satisfies is refused */
+    const char *none[] = {seal,          "seal",         "--policy",
+                          "region=mars", "--etcd",       cluster.m[0].url,
+                          "--prefix",    PREFIX,         at("p384.pem"),
+                          "-o",          at("x.sealed"), NULL};
+    st = td_run(none, &out, 60000);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(out, "selects no server of the fleet directory"));
+    free(out);
+    /* both servers get the file; A opens it, B holds it elsewhere */
+    for (size_t i = 0; i < 2; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "keys-%s/p384.sealed", nodes[i][0]);
+        size_t len = 0;
+        char *bytes = tu_read_file(at("p384.sealed"), &len);
+        FILE *f = fopen(at(rel), "wb");
+        assert_non_null(f);
+        fwrite(bytes, 1, len, f);
+        fclose(f);
+        free(bytes);
+    }
+    td_signal(&a, SIGHUP);
+    td_signal(&b, SIGHUP);
+    rs_wait_log(&a, "reloaded: 2 keys", 1, 10000);
+    rs_wait_log(&b, "reloaded: 0 keys", 1, 10000);
+    assert_true(log_has(&b, "policy: region=eu-west)"));
+    expect_signs(pub_p384, "ECDSA-P-384 signature");
+}
+
 static void test_remote_gone(void **state)
 {
     (void)state;
@@ -329,6 +394,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_records),
         cmocka_unit_test(test_routed_from_directory),
+        cmocka_unit_test(test_seal_from_directory),
         cmocka_unit_test(test_remote_gone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -269,8 +269,7 @@ static void test_routed_to_its_region(void **state)
     double before = metric("keylessd_route_requests_total" ROUTE);
     expect_signs(pub_ec, "ECDSA-P-256 signature");
     expect_signs(pub_ec, "ECDSA-P-256 signature");
-    assert_int_equal(metric("keylessd_route_requests_total" ROUTE) - before,
-                     2);
+    assert_int_equal(metric("keylessd_route_requests_total" ROUTE) - before, 2);
     assert_int_equal(metric("keylessd_sealed_keys_unroutable_total"), 0);
 }
 
@@ -281,9 +280,8 @@ static void test_no_eligible_remote(void **state)
     double unroutable = metric("keylessd_sealed_keys_unroutable_total");
     expect_not_found(pub_rsa);
     expect_not_found(pub_rsa);
-    assert_int_equal(metric("keylessd_sealed_keys_unroutable_total") -
-                         unroutable,
-                     2);
+    assert_int_equal(
+        metric("keylessd_sealed_keys_unroutable_total") - unroutable, 2);
     /* nothing went to A */
     assert_int_equal(metric("keylessd_route_requests_total" ROUTE), before);
     /* the request metrics name the answer */
@@ -312,9 +310,8 @@ static void test_table_change(void **state)
     reload_table(2);
     double unroutable = metric("keylessd_sealed_keys_unroutable_total");
     expect_not_found(pub_ec);
-    assert_int_equal(metric("keylessd_sealed_keys_unroutable_total") -
-                         unroutable,
-                     1);
+    assert_int_equal(
+        metric("keylessd_sealed_keys_unroutable_total") - unroutable, 1);
     /* given eu-west back (as an attribute, with another routing region),
      * the same remote takes it again */
     write_table("emea", "    attributes: {region: eu-west, tier: edge}\n");

@@ -201,19 +201,18 @@ static void test_server_sealing(void **state)
                                                          32, err, sizeof err),
                              KL_OK);
         else
-            assert_int_equal(kl_fleet_server_set_sealing(&s, KL_FLEET_KEM_P256,
-                                                         p, 65, err,
-                                                         sizeof err),
+            assert_int_equal(kl_fleet_server_set_sealing(
+                                 &s, KL_FLEET_KEM_P256, p, 65, err, sizeof err),
                              KL_OK);
         assert_int_equal(kl_fleet_server_add_seal_attr(&s, "region", "us-west",
                                                        err, sizeof err),
                          KL_OK);
-        assert_int_equal(kl_fleet_server_add_seal_attr(&s, "tier", "edge", err,
-                                                       sizeof err),
-                         KL_OK);
-        assert_int_equal(kl_fleet_server_add_seal_attr(&s, "tier", "core", err,
-                                                       sizeof err),
-                         KL_OK);
+        assert_int_equal(
+            kl_fleet_server_add_seal_attr(&s, "tier", "edge", err, sizeof err),
+            KL_OK);
+        assert_int_equal(
+            kl_fleet_server_add_seal_attr(&s, "tier", "core", err, sizeof err),
+            KL_OK);
         assert_int_equal(kl_fleet_server_check(&s, err, sizeof err), KL_OK);
         char *json;
         size_t len;
@@ -246,8 +245,8 @@ static void test_server_sealing(void **state)
     }
     /* an old record: no "sealing" */
     static const char old[] = REC("");
-    assert_int_equal(kl_fleet_server_parse((const uint8_t *)old,
-                                           strlen(old), &r, err, sizeof err),
+    assert_int_equal(kl_fleet_server_parse((const uint8_t *)old, strlen(old),
+                                           &r, err, sizeof err),
                      KL_OK);
     assert_int_equal(r.seal_kem, 0);
     assert_int_equal(r.n_seal_attrs, 0);
@@ -273,33 +272,33 @@ static void test_server_sealing(void **state)
     kl_fleet_server_clear(&r);
     /* the setters refuse what the record could not carry */
     sample(&s);
-    assert_int_equal(kl_fleet_server_set_sealing(&s, KL_FLEET_KEM_X25519, x,
-                                                 31, err, sizeof err),
+    assert_int_equal(kl_fleet_server_set_sealing(&s, KL_FLEET_KEM_X25519, x, 31,
+                                                 err, sizeof err),
                      KL_E_BAD_VALUE);
     expect(err, "X25519 (32 bytes)");
     p[0] = 0x02;
     assert_int_equal(kl_fleet_server_set_sealing(&s, KL_FLEET_KEM_P256, p, 65,
                                                  err, sizeof err),
                      KL_E_BAD_VALUE);
-    assert_int_equal(kl_fleet_server_set_sealing(&s, 0x0012, x, 32, err,
-                                                 sizeof err),
-                     KL_E_BAD_VALUE);
-    assert_int_equal(kl_fleet_server_add_seal_attr(&s, "Region", "eu", err,
-                                                   sizeof err),
-                     KL_E_BAD_VALUE);
+    assert_int_equal(
+        kl_fleet_server_set_sealing(&s, 0x0012, x, 32, err, sizeof err),
+        KL_E_BAD_VALUE);
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "Region", "eu", err, sizeof err),
+        KL_E_BAD_VALUE);
     expect(err, "Region=eu");
-    assert_int_equal(kl_fleet_server_add_seal_attr(&s, "region", "EU", err,
-                                                   sizeof err),
-                     KL_E_BAD_VALUE);
-    assert_int_equal(kl_fleet_server_add_seal_attr(&s, "and", "x", err,
-                                                   sizeof err),
-                     KL_E_BAD_VALUE);
-    assert_int_equal(kl_fleet_server_add_seal_attr(&s, "tier", "edge", err,
-                                                   sizeof err),
-                     KL_OK);
-    assert_int_equal(kl_fleet_server_add_seal_attr(&s, "tier", "edge", err,
-                                                   sizeof err),
-                     KL_E_BAD_VALUE);
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "region", "EU", err, sizeof err),
+        KL_E_BAD_VALUE);
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "and", "x", err, sizeof err),
+        KL_E_BAD_VALUE);
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "tier", "edge", err, sizeof err),
+        KL_OK);
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "tier", "edge", err, sizeof err),
+        KL_E_BAD_VALUE);
     expect(err, "twice");
     /* attributes without a key: check refuses the record */
     assert_int_equal(kl_fleet_server_check(&s, err, sizeof err),
@@ -308,13 +307,12 @@ static void test_server_sealing(void **state)
     for (int i = 1; i < KL_FLEET_SEAL_ATTRS; i++) {
         char v[16];
         snprintf(v, sizeof v, "v%d", i);
-        assert_int_equal(kl_fleet_server_add_seal_attr(&s, "n", v, err,
-                                                       sizeof err),
-                         KL_OK);
+        assert_int_equal(
+            kl_fleet_server_add_seal_attr(&s, "n", v, err, sizeof err), KL_OK);
     }
-    assert_int_equal(kl_fleet_server_add_seal_attr(&s, "n", "last", err,
-                                                   sizeof err),
-                     KL_E_BAD_VALUE);
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "n", "last", err, sizeof err),
+        KL_E_BAD_VALUE);
     expect(err, "more than 64");
     kl_fleet_server_clear(&s);
 }

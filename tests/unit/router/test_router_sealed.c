@@ -22,9 +22,9 @@ static kl_rt_table *parse(const char *yaml)
 {
     kl_rt_table *t = NULL;
     char err[512] = "";
-    kl_status st = kl_rt_table_parse("t.yaml", (const uint8_t *)yaml,
-                                     strlen(yaml), NULL, NULL, &t, err,
-                                     sizeof err);
+    kl_status st =
+        kl_rt_table_parse("t.yaml", (const uint8_t *)yaml, strlen(yaml), NULL,
+                          NULL, &t, err, sizeof err);
     if (st != KL_OK)
         fail_msg("parse: %s", err);
     return t;
@@ -34,17 +34,17 @@ static void parse_bad(const char *yaml, const char *want)
 {
     kl_rt_table *t = NULL;
     char err[512] = "";
-    kl_status st = kl_rt_table_parse("t.yaml", (const uint8_t *)yaml,
-                                     strlen(yaml), NULL, NULL, &t, err,
-                                     sizeof err);
+    kl_status st =
+        kl_rt_table_parse("t.yaml", (const uint8_t *)yaml, strlen(yaml), NULL,
+                          NULL, &t, err, sizeof err);
     if (st != KL_E_CONFIG || !strstr(err, want))
         fail_msg("expected \"%s\", got status %d: %s", want, st, err);
     assert_null(t);
 }
 
 /* The names of the servers a policy selects, space-separated. */
-static const char *eligible(const kl_rt_table *t, const char *policy,
-                            char *buf, size_t cap)
+static const char *eligible(const kl_rt_table *t, const char *policy, char *buf,
+                            size_t cap)
 {
     const kl_rt_policy_ops *ops = &kl_daemon_policy_ops;
     void *p = ops->parse(policy, strlen(policy));
@@ -98,9 +98,8 @@ static void test_table_attributes(void **state)
     assert_string_equal(eligible(t, "region=us-east", buf, sizeof buf), "");
     assert_string_equal(eligible(t, "not country=ie", buf, sizeof buf),
                         "fra iad Odd");
-    assert_string_equal(eligible(t, "tier=core and country=ie", buf,
-                                 sizeof buf),
-                        "dub");
+    assert_string_equal(
+        eligible(t, "tier=core and country=ie", buf, sizeof buf), "dub");
     kl_rt_table_free(t);
 }
 
@@ -149,8 +148,8 @@ static void fleet_server(kl_fleet_server *s, const char *name,
         return;
     uint8_t pk[32];
     memset(pk, name[0], sizeof pk);
-    assert_int_equal(kl_fleet_server_set_sealing(s, KL_FLEET_KEM_X25519, pk,
-                                                 32, err, sizeof err),
+    assert_int_equal(kl_fleet_server_set_sealing(s, KL_FLEET_KEM_X25519, pk, 32,
+                                                 err, sizeof err),
                      KL_OK);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", attrs);
@@ -218,7 +217,7 @@ static void test_classes_and_cost(void **state)
     assert_non_null(c);
     assert_int_equal(c->n, 2);
     assert_ptr_equal(kl_rt_pclass_get(&r, "tier=edge"), c); /* same class */
-    kl_rt_pclass *bad = kl_rt_pclass_get(&r, "tier=");       /* no parse */
+    kl_rt_pclass *bad = kl_rt_pclass_get(&r, "tier=");      /* no parse */
     assert_non_null(bad);
     assert_int_equal(bad->n, 0);
     /* a new table: the class follows it */
@@ -264,8 +263,7 @@ static void test_classes_and_cost(void **state)
     uint64_t lookup_ns = (kl_now_ns() - t0) / 100000;
     print_message("table install with 1,000 servers and 100 policies: %.2f "
                   "ms; a request's lookup: %llu ns (sum %zu)\n",
-                  (double)refresh_ns / 1e6, (unsigned long long)lookup_ns,
-                  sum);
+                  (double)refresh_ns / 1e6, (unsigned long long)lookup_ns, sum);
     assert_true(refresh_ns < 2000000000ull); /* a bound, not a benchmark */
     kl_rt_table_free(r.table);
     kl_rt_pclass_free_all(&r);
