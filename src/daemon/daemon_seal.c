@@ -126,8 +126,8 @@ static void *policy_parse(const char *text, size_t len)
 
 static bool policy_eval(const void *policy, const kl_rt_attr *attrs, size_t n)
 {
-    kl_policy_attr pa[KL_SEAL_MAX_ATTRS];
-    size_t m = n < KL_SEAL_MAX_ATTRS ? n : KL_SEAL_MAX_ATTRS;
+    kl_policy_attr pa[KL_SEAL_MAX_ATTRS + 1]; /* a table's 64 + region */
+    size_t m = n < KL_SEAL_MAX_ATTRS + 1 ? n : KL_SEAL_MAX_ATTRS + 1;
     for (size_t i = 0; i < m; i++)
         pa[i] = (kl_policy_attr){attrs[i].name, attrs[i].value};
     return kl_policy_eval(policy, pa, m);

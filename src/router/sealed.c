@@ -53,13 +53,13 @@ size_t kl_rt_eligible(const kl_rt_table *t, const kl_rt_policy_ops *ops,
     size_t n = 0;
     if (!ops || !policy || !t)
         return 0;
-    kl_rt_attr attrs[KL_RT_MAX_ATTRS];
+    kl_rt_attr attrs[KL_RT_MAX_ATTRS + 1]; /* + the region (table_yaml.c) */
     for (size_t i = 0; i < t->nservers; i++) {
         const kl_rt_server *s = &t->servers[i];
         if (!s->sealing)
             continue; /* publishes no sealing key: opens nothing */
         size_t na = 0;
-        for (uint32_t a = 0; a < s->nattrs && na < KL_RT_MAX_ATTRS; a++) {
+        for (uint32_t a = 0; a < s->nattrs && na < KL_RT_MAX_ATTRS + 1; a++) {
             const kl_rt_sattr *sa = &t->sattrs[s->attr_first + a];
             attrs[na++] = (kl_rt_attr){sa->name, sa->value};
         }

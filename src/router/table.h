@@ -45,7 +45,7 @@ typedef struct kl_rt_server {
 /* A sealing attribute of a server (name and value of the sealing policy
  * grammar; a name may have several values). */
 #define KL_RT_ATTR_WORD 64
-#define KL_RT_MAX_ATTRS 64 /* per server */
+#define KL_RT_MAX_ATTRS 64 /* per server, besides the region (table_yaml.c) */
 typedef struct kl_rt_sattr {
     char name[KL_RT_ATTR_WORD + 1];
     char value[KL_RT_ATTR_WORD + 1];

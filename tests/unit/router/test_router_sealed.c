@@ -101,6 +101,18 @@ static void test_table_attributes(void **state)
     assert_string_equal(
         eligible(t, "tier=core and country=ie", buf, sizeof buf), "dub");
     kl_rt_table_free(t);
+    /* the most values a server may have, and its region still counts */
+    char full[4096] = "servers:\n  - {name: full, address: a, region: eu, "
+                      "serves: [], attributes: {n: [";
+    for (int i = 0; i < KL_RT_MAX_ATTRS; i++)
+        snprintf(full + strlen(full), sizeof full - strlen(full), "%sv%d",
+                 i ? ", " : "", i);
+    strcat(full, "]}}\n");
+    t = parse(full);
+    assert_int_equal(t->servers[0].nattrs, KL_RT_MAX_ATTRS + 1);
+    assert_string_equal(eligible(t, "region=eu and n=v63", buf, sizeof buf),
+                        "full");
+    kl_rt_table_free(t);
 }
 
 static void test_table_attributes_bad(void **state)
