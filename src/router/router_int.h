@@ -7,6 +7,8 @@
  * - select.c: ordering the candidates for a key (a pure function);
  * - forward.c: the request sent upstream (hops + 1, everything kept);
  * - control.c: the table: loading, the mtime poll, DNS refresh, install.
+ * - sealed.c: sealed keys held elsewhere: per sealing policy, the table's
+ *   servers whose attributes satisfy it.
  *
  * Threading: remotes, connections and requests' attempt state belong to
  * the router thread; mu guards what other threads touch (a request's
