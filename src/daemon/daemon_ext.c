@@ -462,6 +462,33 @@ void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
     export_certs(x, cfg);
 }
 
+static int cmp_text(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+void kl_ext_sealed_keys(kl_daemon_ext *x, const kl_keystore *ks)
+{
+    size_t n = kl_keystore_held_elsewhere_count(ks);
+    if (!x->router || !n)
+        return;
+    const char **v = malloc(n * sizeof *v);
+    if (!v)
+        return; /* the router computes each at its first request */
+    for (size_t i = 0; i < n; i++)
+        v[i] = kl_keystore_elsewhere_policy(ks, i);
+    qsort(v, n, sizeof *v, cmp_text); /* distinct texts: sorted, unique */
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!k || strcmp(v[k - 1], v[i]) != 0)
+            v[k++] = v[i];
+    kl_router_prepare_policies(x->router, v, k);
+    kl_info("router: sealed keys held elsewhere: %zu key(s), %zu "
+            "polic%s; their remotes are computed now",
+            n, k, k == 1 ? "y" : "ies");
+    free(v);
+}
+
 void kl_ext_draining(kl_daemon_ext *x)
 {
     atomic_store(&x->draining, true);

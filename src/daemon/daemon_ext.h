@@ -66,6 +66,9 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
 bool kl_ext_reload_router(kl_daemon_ext *x);
 void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
                      size_t nkeys);
+/* A key load's keys held elsewhere (start, reload): the router prepares
+ * their policies' eligible remotes (router.h). Nothing without a router. */
+void kl_ext_sealed_keys(kl_daemon_ext *x, const kl_keystore *ks);
 /* SIGTERM: /ready answers 503 "draining" from now on. */
 void kl_ext_draining(kl_daemon_ext *x);
 /* After kl_server_wait: stops the HTTP endpoint, then the router (which

@@ -97,6 +97,9 @@ KL_WUR kl_status kl_keystore_add_sealed(kl_keystore *ks, const char *path);
 const char *kl_keystore_held_elsewhere(const kl_keystore *ks,
                                        const uint8_t ski[KL_SKI_LEN]);
 size_t kl_keystore_held_elsewhere_count(const kl_keystore *ks);
+/* The policy of the i-th key held elsewhere (i < the count), in load
+ * order: what the router prepares its eligible remotes for. */
+const char *kl_keystore_elsewhere_policy(const kl_keystore *ks, size_t i);
 /* Sealed key files refused by any load in this process (tampered, or not
  * opening for this server although wrapped to it). */
 uint64_t kl_keys_sealed_refused_total(void);

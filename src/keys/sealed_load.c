@@ -122,6 +122,11 @@ size_t kl_keystore_held_elsewhere_count(const kl_keystore *ks)
     return ks ? ks->n_elsewhere : 0;
 }
 
+const char *kl_keystore_elsewhere_policy(const kl_keystore *ks, size_t i)
+{
+    return ks && i < ks->n_elsewhere ? ks->elsewhere[i].policy : NULL;
+}
+
 /* The plaintext through the key file decoder (the same formats, types,
  * sizes and pair check as a key file, with its cached contexts), its SKI
  * checked against the file's - which the parser checked against the

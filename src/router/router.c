@@ -349,11 +349,21 @@ static void on_wake(kl_loop *loop, void *arg)
     pthread_mutex_lock(&r->mu);
     kl_rt_table *t = r->pending;
     r->pending = NULL;
+    char **prep = r->prep;
+    size_t nprep = r->nprep;
+    r->prep = NULL;
+    r->nprep = 0;
     uint64_t gen = r->handed_gen; /* t is the latest handed over */
     bool stopping = r->stopping;
     pthread_mutex_unlock(&r->mu);
     if (t)
         kl_rt_install(r, t);
+    for (size_t i = 0; i < nprep; i++) { /* sealed.c: computed now */
+        if (!kl_rt_pclass_get(r, prep[i]))
+            kl_warn("router: out of memory preparing a sealing policy");
+        free(prep[i]);
+    }
+    free(prep);
     pthread_mutex_lock(&r->mu);
     if (t) {
         r->installed_gen = gen;
@@ -594,6 +604,9 @@ void kl_router_free(kl_router *r)
     }
     run_flush(r);
     kl_rt_table_free(r->pending);
+    for (size_t i = 0; i < r->nprep; i++)
+        free(r->prep[i]);
+    free(r->prep);
     kl_rt_retire_reap(r, true);
     kl_rt_table_free(r->table);
     kl_rt_pclass_free_all(r);
@@ -666,6 +679,28 @@ kl_status kl_router_route(kl_router *r, const kl_route_req *rr,
     inbox_push(r, q);
     kl_loop_wake(r->loop);
     return KL_OK;
+}
+
+void kl_router_prepare_policies(kl_router *r, const char *const *texts,
+                                size_t n)
+{
+    char **v = calloc(n ? n : 1, sizeof *v);
+    size_t k = 0;
+    for (size_t i = 0; v && i < n; i++)
+        if ((v[k] = strdup(texts[i])))
+            k++;
+    if (!v)
+        return; /* out of memory: computed at the first request instead */
+    pthread_mutex_lock(&r->mu);
+    char **old = r->prep;
+    size_t nold = r->nprep;
+    r->prep = v; /* a newer load's list replaces one not taken yet */
+    r->nprep = k;
+    pthread_mutex_unlock(&r->mu);
+    for (size_t i = 0; i < nold; i++)
+        free(old[i]);
+    free(old);
+    kl_loop_wake(r->loop);
 }
 
 void kl_router_cancel(kl_router *r, const kl_route_handle *h)

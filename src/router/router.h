@@ -177,6 +177,13 @@ KL_WUR kl_status kl_router_route(kl_router *r, const kl_route_req *req,
  * only before done has run. */
 void kl_router_cancel(kl_router *r, const kl_route_handle *h);
 
+/* The sealing policies of the keys a key load holds elsewhere (distinct
+ * texts): the router thread computes their eligible remotes now, so that
+ * no request pays for it (docs/SEALING.md). Copies the texts; returns at
+ * once. */
+void kl_router_prepare_policies(kl_router *r, const char *const *texts,
+                                size_t n);
+
 /* Whether the current table has a server for this SKI (the server calls
  * this after a local key-store miss). */
 bool kl_router_has_key(kl_router *r, const uint8_t ski[KL_SKI_LEN]);

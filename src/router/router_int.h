@@ -199,6 +199,8 @@ struct kl_router {
     pthread_mutex_t inbox_mu;
     kl_rreq *inbox_head, *inbox_tail;
     kl_rt_table *pending; /* a new table for the router thread */
+    char **prep;          /* policies to prepare (kl_router_prepare_policies) */
+    size_t nprep;
     /* tables handed over / installed, so that kl_router_new and
      * kl_router_reload return once theirs is in effect (guarded by mu) */
     uint64_t handed_gen, installed_gen;

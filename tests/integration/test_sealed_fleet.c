@@ -367,6 +367,9 @@ static void test_seal_from_directory(void **state)
     td_signal(&b, SIGHUP);
     rs_wait_log(&a, "reloaded: 2 keys", 1, 10000);
     rs_wait_log(&b, "reloaded: 0 keys", 1, 10000);
+    /* three keys held elsewhere under two policies, prepared at reload */
+    rs_wait_log(&b, "sealed keys held elsewhere: 3 key(s), 2 policies", 1,
+                5000);
     assert_true(log_has(&b, "policy: region=eu-west)"));
     expect_signs(pub_p384, "ECDSA-P-384 signature");
 }

@@ -266,6 +266,9 @@ static void test_routed_to_its_region(void **state)
     assert_true(log_has(&b, "held elsewhere (not wrapped to this server; "
                             "policy: region=eu-west)"));
     assert_false(log_has(&a, "policy: region=eu-west)"));
+    /* their policies' remotes computed at start, not at a request */
+    assert_true(log_has(&b, "router: sealed keys held elsewhere: 2 key(s), "
+                            "2 policies"));
     double before = metric("keylessd_route_requests_total" ROUTE);
     expect_signs(pub_ec, "ECDSA-P-256 signature");
     expect_signs(pub_ec, "ECDSA-P-256 signature");
