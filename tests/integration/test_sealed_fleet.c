@@ -28,6 +28,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <openssl/pem.h>
 
 #include "fleet/record.h"
@@ -146,6 +150,20 @@ static void start_node(td_daemon *d, size_t i, uint16_t mport)
     rs_start(d, nodes[i][0], at(rel), NULL, extra);
 }
 
+/* Whether something listens on 127.0.0.1:port (B's metrics endpoint
+ * starts after the key server's port, which is all td_start waits for). */
+static bool port_open(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -182,6 +200,12 @@ static int setup(void **state)
     start_node(&b, 1, mport_b);
     snprintf(server_b, sizeof server_b, "127.0.0.1:%u", b.port);
     tt_tool_init(&cli, "keyless-cli", "--");
+    /* td_start waits for the key server's port only: B's metrics too */
+    for (int i = 0; i < 500; i++) {
+        if (port_open(mport_b))
+            break;
+        usleep(20000);
+    }
     return 0;
 }
 

@@ -31,6 +31,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <openssl/pem.h>
 
 static td_daemon a, b;
@@ -150,6 +154,32 @@ static void start_node(td_daemon *d, const char *name, const char *region,
     td_start(d, &o);
 }
 
+/* Whether something listens on 127.0.0.1:port (B's metrics endpoint
+ * starts after the key server's port, which is all td_start waits for). */
+static bool port_open(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* B's metrics endpoint answers (it starts after the key server's port). */
+static void wait_metrics(void)
+{
+    for (int i = 0; i < 500; i++) {
+        if (port_open(mport_b))
+            return;
+        usleep(20000);
+    }
+    td_dump_log(&b);
+    fail_msg("B's metrics endpoint does not answer");
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -194,6 +224,7 @@ static int setup(void **state)
     start_node(&b, "b", "us-east", at("keys-b"), true, mport_b);
     snprintf(server_b, sizeof server_b, "127.0.0.1:%u", b.port);
     tt_tool_init(&cli, "keyless-cli", "--");
+    wait_metrics(); /* td_start waits for the key server's port only */
     return 0;
 }
 
@@ -266,7 +297,12 @@ static void test_routed_to_its_region(void **state)
     assert_true(log_has(&b, "held elsewhere (not wrapped to this server; "
                             "policy: region=eu-west)"));
     assert_false(log_has(&a, "policy: region=eu-west)"));
-    /* their policies' remotes computed at start, not at a request */
+    /* their policies' remotes computed at start, not at a request (logged
+     * once B serves: wait for it) */
+    for (int i = 0; i < 250 && !log_has(&b, "router: sealed keys held "
+                                            "elsewhere: 2 key(s), 2 policies");
+         i++)
+        usleep(20000);
     assert_true(log_has(&b, "router: sealed keys held elsewhere: 2 key(s), "
                             "2 policies"));
     double before = metric("keylessd_route_requests_total" ROUTE);
