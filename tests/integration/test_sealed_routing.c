@@ -323,8 +323,11 @@ static void test_no_eligible_remote(void **state)
         metric("keylessd_sealed_keys_unroutable_total") - unroutable, 2);
     /* nothing went to A */
     assert_int_equal(metric("keylessd_route_requests_total" ROUTE), before);
-    /* the request metrics name the answer */
-    assert_true(log_has(&b, "key not found"));
+    /* the log line says why */
+    assert_true(log_has(&b, "key not found due to no matching SKI/SNI/"
+                            "ServerIP: forwarding: a sealed key held "
+                            "elsewhere that no remote took (none satisfies "
+                            "its policy"));
 }
 
 static void reload_table(unsigned gen)
