@@ -19,6 +19,7 @@
 
 #include "keys/keystore.h"
 #include "seal/fleetfile.h"
+#include "seal_etcd.h"
 #include "seal/sealed.h"
 
 enum {
@@ -29,6 +30,8 @@ enum {
 
 typedef struct opts {
     const char *cmd, *out, *kem, *policy, *fleet, *key, *file;
+    /* the fleet directory instead of a fleet file (seal_etcd.h) */
+    const char *etcd, *etcd_ca, *etcd_cert, *etcd_key, *prefix;
     const char *escrow[16];
     size_t n_escrow;
     bool json;
@@ -50,9 +53,16 @@ static void usage(FILE *f)
         "        file that is not revoked and satisfies POLICY, and to the\n"
         "        fleet's escrow recipients (and each --escrow public key);\n"
         "        a policy that selects no server is refused\n"
+        "  seal --policy POLICY --etcd URL[,URL...] [--prefix P] ... KEY -o "
+        "OUT\n"
+        "        the same, with the servers of the fleet directory (etcd)\n"
+        "        that publish a sealing key, with the attributes they publish\n"
+        "        (servers registered now: their records live on leases);\n"
+        "        --etcd-ca, --etcd-cert, --etcd-key for mutual TLS, --prefix\n"
+        "        the directory's (default /keyless/)\n"
         "  inspect [--json] FILE\n"
         "        policy, SKI, key type and recipients, opening nothing\n"
-        "  rewrap --fleet FLEET.yaml --key NODE.key FILE -o OUT\n"
+        "  rewrap --fleet FLEET.yaml|--etcd URL --key NODE.key FILE -o OUT\n"
         "        open FILE with a recipient's key (a server's or escrow's)\n"
         "        and seal it again under the same policy to the current\n"
         "        fleet, with a fresh data key; escrow recipients are kept\n"
@@ -235,10 +245,19 @@ static int read_node_key(const char *path, EVP_PKEY **key)
     return EXIT_OK;
 }
 
-static int load_fleet(const char *path, kl_fleetfile **f)
+/* The fleet file, or the fleet directory's records (--etcd). */
+static int load_fleet(const opts *o, kl_fleetfile **f)
 {
-    char err[512];
-    if (kl_fleetfile_load(path, f, err, sizeof err) != KL_OK) {
+    char err[512] = "";
+    if (o->etcd) {
+        seal_etcd_opts eo = {o->etcd, o->etcd_ca, o->etcd_cert, o->etcd_key,
+                             o->prefix};
+        int rc = seal_fleet_from_etcd(&eo, f, err, sizeof err);
+        if (rc != 0)
+            fprintf(stderr, "keyless-seal: %s\n", err);
+        return rc == 0 ? EXIT_OK : rc == 2 ? EXIT_USAGE : EXIT_FAIL;
+    }
+    if (kl_fleetfile_load(o->fleet, f, err, sizeof err) != KL_OK) {
         fprintf(stderr, "keyless-seal: %s\n", err);
         return EXIT_USAGE;
     }
@@ -324,7 +343,7 @@ static int recipients(const opts *o, const kl_fleetfile *f, const kl_policy *p,
         fprintf(stderr,
                 "keyless-seal: the policy selects no server of %s that is "
                 "not revoked: nobody could serve the key\n",
-                o->fleet);
+                o->etcd ? "the fleet directory" : o->fleet);
         return EXIT_FAIL;
     }
     if (st != KL_OK)
@@ -426,7 +445,7 @@ static int cmd_seal(const opts *o)
         rc = EXIT_USAGE;
     }
     if (rc == EXIT_OK)
-        rc = load_fleet(o->fleet, &f);
+        rc = load_fleet(o, &f);
     if (rc == EXIT_OK)
         rc = read_private(o->file, &key, ski);
     if (rc == EXIT_OK)
@@ -496,7 +515,7 @@ static int cmd_rewrap(const opts *o)
     rcpts *r = calloc(1, sizeof *r);
     int rc = r ? load_sealed(o->file, &s) : EXIT_FAIL;
     if (rc == EXIT_OK)
-        rc = load_fleet(o->fleet, &f);
+        rc = load_fleet(o, &f);
     if (rc == EXIT_OK)
         rc = open_with(o->key, o->file, s, &key);
     if (rc == EXIT_OK)
@@ -592,6 +611,11 @@ static int parse_args(int argc, char **argv, opts *o)
         {"key", required_argument, NULL, 'K'},
         {"escrow", required_argument, NULL, 'e'},
         {"json", no_argument, NULL, 'j'},
+        {"etcd", required_argument, NULL, 'E'},
+        {"etcd-ca", required_argument, NULL, 'A'},
+        {"etcd-cert", required_argument, NULL, 'C'},
+        {"etcd-key", required_argument, NULL, 'Y'},
+        {"prefix", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -609,6 +633,11 @@ static int parse_args(int argc, char **argv, opts *o)
         case 'f': o->fleet = optarg; break;
         case 'K': o->key = optarg; break;
         case 'j': o->json = true; break;
+        case 'E': o->etcd = optarg; break;
+        case 'A': o->etcd_ca = optarg; break;
+        case 'C': o->etcd_cert = optarg; break;
+        case 'Y': o->etcd_key = optarg; break;
+        case 'P': o->prefix = optarg; break;
         case 'e':
             if (o->n_escrow == 16) {
                 fputs("keyless-seal: at most 16 --escrow\n", stderr);
@@ -639,13 +668,18 @@ static int check_needs(const opts *o, const char *needs)
         const char *what;
     } names[] = {{'o', "-o OUT"},
                  {'p', "--policy"},
-                 {'f', "--fleet"},
+                 {'f', "--fleet or --etcd"},
                  {'K', "--key"},
                  {'F', "a file argument"}};
+    if (o->fleet && o->etcd) {
+        fprintf(stderr, "keyless-seal %s: give --fleet or --etcd, not both\n",
+                o->cmd);
+        return EXIT_USAGE;
+    }
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         const char *v = names[i].c == 'o'   ? o->out
                         : names[i].c == 'p' ? o->policy
-                        : names[i].c == 'f' ? o->fleet
+                        : names[i].c == 'f' ? (o->fleet ? o->fleet : o->etcd)
                         : names[i].c == 'K' ? o->key
                                             : o->file;
         if (strchr(needs, names[i].c) && !v) {

@@ -5,7 +5,8 @@
  * meta, key name, region codes), then the bytes. Checked: a failure leaves
  * nothing allocated and a terminated message; a success gives a record that
  * passes kl_fleet_server_check and encodes to JSON that parses back to
- * the same fields (set meta: the same generation, count and digest). */
+ * the same fields, the sealing key and attributes included (set meta: the
+ * same generation, count and digest). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ static void server(const uint8_t *d, size_t n)
     if (kl_fleet_server_parse(d, n, &s, err, sizeof err) != KL_OK) {
         CHECK(strnlen(err, sizeof err) < sizeof err);
         CHECK(s.sets == NULL && s.nsets == 0);
+        CHECK(s.seal_attrs == NULL && s.n_seal_attrs == 0 && !s.seal_kem);
         return;
     }
     CHECK(kl_fleet_server_check(&s, err, sizeof err) == KL_OK);
@@ -38,6 +40,26 @@ static void server(const uint8_t *d, size_t n)
           s.nsets == again.nsets && s.nattrs == again.nattrs);
     for (size_t i = 0; i < s.nsets; i++)
         CHECK(!strcmp(s.sets[i], again.sets[i]));
+    /* the sealing key and attributes (values of one name stay in order) */
+    CHECK(s.seal_kem == again.seal_kem && s.seal_pk_len == again.seal_pk_len &&
+          !memcmp(s.seal_pk, again.seal_pk, s.seal_pk_len) &&
+          s.n_seal_attrs == again.n_seal_attrs);
+    for (size_t i = 0; i < s.n_seal_attrs; i++) {
+        CHECK(kl_fleet_seal_name_ok(s.seal_attrs[i].name,
+                                    strlen(s.seal_attrs[i].name)));
+        CHECK(kl_fleet_seal_value_ok(s.seal_attrs[i].value,
+                                     strlen(s.seal_attrs[i].value)));
+        bool found = false;
+        for (size_t j = 0; j < again.n_seal_attrs; j++)
+            found |= !strcmp(s.seal_attrs[i].name, again.seal_attrs[j].name) &&
+                     !strcmp(s.seal_attrs[i].value, again.seal_attrs[j].value);
+        CHECK(found);
+    }
+    kl_fleet_server copy;
+    memset(&copy, 0, sizeof copy);
+    CHECK(kl_fleet_server_copy(&copy, &s) == KL_OK);
+    CHECK(copy.n_seal_attrs == s.n_seal_attrs && copy.nsets == s.nsets);
+    kl_fleet_server_clear(&copy);
     free(json);
     kl_fleet_server_clear(&again);
     kl_fleet_server_clear(&s);

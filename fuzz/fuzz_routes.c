@@ -44,6 +44,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                     (uint8_t)i);
             }
         }
+        /* sealing attributes (docs/ROUTING.md "Sealed keys"): each
+         * server's range lies in the pool, names and values non-empty */
+        for (size_t i = 0; i < t->nservers; i++) {
+            const kl_rt_server *s = &t->servers[i];
+            if ((size_t)s->attr_first + s->nattrs > t->nsattrs ||
+                s->nattrs > KL_RT_MAX_ATTRS + 1u)
+                __builtin_trap();
+            for (uint32_t a = 0; a < s->nattrs; a++)
+                if (!t->sattrs[s->attr_first + a].name[0] ||
+                    !t->sattrs[s->attr_first + a].value[0])
+                    __builtin_trap();
+        }
         kl_rt_table_free(t);
     }
     return 0;

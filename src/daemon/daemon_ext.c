@@ -17,6 +17,7 @@
 #include "daemon/daemon.h"
 #include "daemon/daemon_ext.h"
 #include "daemon/daemon_fleet.h"
+#include "daemon/daemon_seal.h"
 #include "tls/certcheck.h"
 
 /* The router's options as the configuration has them (unset: NULL). */
@@ -42,9 +43,26 @@ static void count_report(void *arg, int level, const char *msg)
     kl_log(level, "%s", msg);
 }
 
+/* The same, an error made a warning: for a keys server whose router only
+ * forwards sealed keys held elsewhere, a router certificate the remotes
+ * would refuse costs those keys, not the server. */
+static void warn_report(void *arg, int level, const char *msg)
+{
+    if (level < KL_LOG_WARN) {
+        count_report(arg, level, msg);
+        return;
+    }
+    kl_problems_count(arg, KL_LOG_WARN);
+    kl_log(KL_LOG_WARN,
+           "%s (sealed keys held elsewhere are answered key not found: this "
+           "keys server starts without forwarding them)",
+           msg);
+}
+
 /* The router's client certificate toward remotes (a table naming
  * remotes, or the fleet directory's). */
-static void check_router_cert(const kl_config *cfg, kl_problems *p)
+static void check_router_cert(const kl_config *cfg, kl_problems *p,
+                              bool warn_only)
 {
     const kl_router_opts *rc = router_cfg(cfg);
     /* The router's identity toward the remotes must be a TLS client
@@ -69,7 +87,7 @@ static void check_router_cert(const kl_config *cfg, kl_problems *p)
                      "it, or reissue auth_cert with both serverAuth and "
                      "clientAuth",
         .now = cfg->has_current_time ? cfg->current_time_unix : 0,
-        .report = count_report,
+        .report = warn_only ? warn_report : count_report,
         .arg = p,
     };
     kl_certcheck_client(&cc);
@@ -79,7 +97,9 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
 {
     kl_dfleet_check(cfg, p);
     if (kl_dfleet_routes(cfg))
-        check_router_cert(cfg, p); /* remotes come and go: check it now */
+        check_router_cert(cfg, p, false); /* remotes come and go: now */
+    else if (kl_dfleet_routes_sealed(cfg))
+        check_router_cert(cfg, p, true);
     const kl_router_opts *rc = router_cfg(cfg);
     if (!rc->table_file || !*rc->table_file)
         return;
@@ -96,7 +116,7 @@ void kl_ext_check_router(const kl_config *cfg, kl_problems *p)
     kl_rt_table_free(t);
     if (remotes == 0)
         return; /* no remote: the router presents no certificate */
-    check_router_cert(cfg, p);
+    check_router_cert(cfg, p, false);
 }
 
 /* docs/TRACING.md: one span ring per shard. A tracer that
@@ -129,7 +149,7 @@ static bool start_fleet(kl_daemon_ext *x, const kl_config *cfg,
 static bool start_fleet_router(kl_daemon_ext *x, const kl_config *cfg)
 {
     kl_problems p = {0};
-    check_router_cert(cfg, &p); /* the fleet options: kl_dfleet_start */
+    check_router_cert(cfg, &p, false); /* fleet options: kl_dfleet_start */
     if (p.errors) {
         kl_error("not starting: fix the router's certificate, then check "
                  "with keylessd --check");
@@ -138,6 +158,30 @@ static bool start_fleet_router(kl_daemon_ext *x, const kl_config *cfg)
     kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
     o.table_file = NULL;
     o.tracer = x->tracer;
+    o.policy_ops = &kl_daemon_policy_ops; /* sealed keys held elsewhere */
+    char err[1024];
+    if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
+        kl_error("fleet: router: %s; not starting", err);
+        x->router = NULL;
+        return false;
+    }
+    return start_fleet(x, cfg, x->router);
+}
+
+/* A registered keys server with a sealing key: a router for its sealed
+ * keys held elsewhere, fed by the directory's records (docs/FLEET.md
+ * "Sealed keys"). A router certificate the remotes would refuse is a
+ * warning: the server starts without the router. */
+static bool start_fleet_sealed_router(kl_daemon_ext *x, const kl_config *cfg)
+{
+    kl_problems p = {0};
+    check_router_cert(cfg, &p, true);
+    if (p.errors || p.warnings)
+        return start_fleet(x, cfg, NULL);
+    kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
+    o.table_file = NULL;
+    o.tracer = x->tracer;
+    o.policy_ops = &kl_daemon_policy_ops;
     char err[1024];
     if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
         kl_error("fleet: router: %s; not starting", err);
@@ -165,6 +209,8 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
         start_tracing(x, cfg);
     if (kl_dfleet_routes(cfg))
         return start_fleet_router(x, cfg);
+    if (kl_dfleet_routes_sealed(cfg))
+        return start_fleet_sealed_router(x, cfg);
     const kl_router_opts *rc = router_cfg(cfg);
     if (!rc->table_file || !*rc->table_file)
         return start_fleet(x, cfg, NULL);
@@ -178,6 +224,7 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
     }
     kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
     o.tracer = x->tracer;
+    o.policy_ops = &kl_daemon_policy_ops; /* sealed keys held elsewhere */
     char err[1024];
     if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
         kl_error("router_table: %s; not starting", err);
@@ -281,6 +328,21 @@ static void on_scrape(kl_metrics *m, void *arg)
                 m, c, kl_pool_queued(x->pool, (kl_cost_class)c));
     kl_metrics_set_keys_loaded(m, atomic_load(&x->keys));
     kl_metrics_set_sealed_refused(m, kl_keys_sealed_refused_total());
+    /* sealed keys held elsewhere that no remote could take: the router's
+     * (no eligible remote) and the shards' (no router) */
+    uint64_t unroutable = 0;
+    kl_server *srv = atomic_load(&x->srv);
+    if (srv) {
+        kl_server_stats ss;
+        kl_server_get_stats(srv, &ss);
+        unroutable += ss.sealed_unroutable;
+    }
+    if (x->router) {
+        kl_router_stats rs;
+        kl_router_get_stats(x->router, &rs);
+        unroutable += rs.sealed_no_remote;
+    }
+    kl_metrics_set_sealed_unroutable(m, unroutable);
     kl_dfleet_scrape(x->fleet, m);
     /* per upstream route, and the trace exporter */
     if (x->router) {
@@ -406,6 +468,33 @@ void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
     kl_metrics_set_keys_loaded(x->metrics, nkeys);
     kl_metrics_reload_result(x->metrics, ok, time(NULL));
     export_certs(x, cfg);
+}
+
+static int cmp_text(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+void kl_ext_sealed_keys(kl_daemon_ext *x, const kl_keystore *ks)
+{
+    size_t n = kl_keystore_held_elsewhere_count(ks);
+    if (!x->router || !n)
+        return;
+    const char **v = malloc(n * sizeof *v);
+    if (!v)
+        return; /* the router computes each at its first request */
+    for (size_t i = 0; i < n; i++)
+        v[i] = kl_keystore_elsewhere_policy(ks, i);
+    qsort(v, n, sizeof *v, cmp_text); /* distinct texts: sorted, unique */
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!k || strcmp(v[k - 1], v[i]) != 0)
+            v[k++] = v[i];
+    kl_router_prepare_policies(x->router, v, k);
+    kl_info("router: sealed keys held elsewhere: %zu key(s), %zu "
+            "polic%s; their remotes are computed now",
+            n, k, k == 1 ? "y" : "ies");
+    free(v);
 }
 
 void kl_ext_draining(kl_daemon_ext *x)

@@ -38,6 +38,9 @@ typedef struct kl_daemon_ext {
     bool identities;         /* metrics_identities at start (restart-only) */
     struct kl_dfleet *fleet; /* NULL: no fleet (daemon_fleet.h) */
     bool router_has_file;    /* router_table: SIGHUP re-reads it */
+    /* the server, for the sealed keys no remote could take (set once it
+     * serves; read at scrape) */
+    _Atomic(kl_server *) srv;
 } kl_daemon_ext;
 
 /* Creates the metrics object (metrics_port set), the router (router_table
@@ -63,6 +66,9 @@ void kl_ext_serve(kl_daemon_ext *x, const kl_config *cfg, kl_pool *pool,
 bool kl_ext_reload_router(kl_daemon_ext *x);
 void kl_ext_reloaded(kl_daemon_ext *x, const kl_config *cfg, bool ok,
                      size_t nkeys);
+/* A key load's keys held elsewhere (start, reload): the router prepares
+ * their policies' eligible remotes (router.h). Nothing without a router. */
+void kl_ext_sealed_keys(kl_daemon_ext *x, const kl_keystore *ks);
 /* SIGTERM: /ready answers 503 "draining" from now on. */
 void kl_ext_draining(kl_daemon_ext *x);
 /* After kl_ext_draining, while the server still serves: waits the fleet's

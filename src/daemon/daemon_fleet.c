@@ -7,11 +7,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+
 #include "core/time.h"
 #include "daemon/daemon_fleet.h"
+#include "daemon/daemon_seal.h"
 #include "daemon/settings.h"
 #include "fleet/member.h"
 #include "router/table_fleet.h"
+#include "seal/hpke.h"
 
 struct kl_dfleet {
     kl_fleet_member *member;
@@ -81,6 +85,16 @@ bool kl_dfleet_routes(const kl_config *cfg)
             role != KL_FLEET_ROLE_KEYS);
 }
 
+bool kl_dfleet_routes_sealed(const kl_config *cfg)
+{
+    const char *table = kl_settings_of_c(cfg)->router.table_file;
+    kl_fleet_role role = KL_FLEET_ROLE_KEYS;
+    return kl_dfleet_configured(cfg) && !(table && *table) &&
+           or_null(cfg->fleet_name) && or_null(cfg->sealing_key) &&
+           kl_fleet_role_parse(cfg->fleet_role ? cfg->fleet_role : "", &role) &&
+           role == KL_FLEET_ROLE_KEYS;
+}
+
 static bool wildcard(const char *a)
 {
     return !a || !*a || !strcmp(a, "0.0.0.0") || !strcmp(a, "::") ||
@@ -111,6 +125,61 @@ static bool parse_attrs(const char *list, kl_fleet_server *r, char *err,
         snprintf(a->value, sizeof a->value, "%s", eq + 1);
     }
     return true;
+}
+
+/* With sealing_key: its public half and the attributes sealing policies
+ * are judged by (docs/FLEET.md "The server record"): sealing_attributes,
+ * or without them region=<fleet_region> and each fleet_attributes pair
+ * the policy grammar can name - what a sealer choosing recipients from
+ * the directory and a router choosing a remote for a sealed key read. */
+static bool add_sealing(const kl_config *cfg, kl_fleet_server *r, char *err,
+                        size_t errlen)
+{
+    if (!or_null(cfg->sealing_key))
+        return true;
+    kl_daemon_seal ds;
+    kl_keystore_opts ko;
+    memset(&ko, 0, sizeof ko);
+    if (!kl_daemon_seal_prepare(cfg, &ds, &ko)) { /* logged the problem */
+        kl_errf(err, errlen,
+                "sealing_key / sealing_attributes: cannot publish the "
+                "sealing key (above); fix the option");
+        return false;
+    }
+    uint8_t pk[KL_HPKE_MAX_ENC];
+    size_t n = 0;
+    uint16_t kem = KL_HPKE_KEM_X25519;
+    if (kl_hpke_public(kem, ds.key, pk, sizeof pk, &n) != KL_OK) {
+        kem = KL_HPKE_KEM_P256;
+        if (kl_hpke_public(kem, ds.key, pk, sizeof pk, &n) != KL_OK)
+            n = 0;
+    }
+    ERR_clear_error();
+    char why[256] = "";
+    bool ok = n && kl_fleet_server_set_sealing(r, kem, pk, n, why,
+                                               sizeof why) == KL_OK;
+    for (size_t i = 0; ok && i < ds.n_attrs; i++)
+        ok = kl_fleet_server_add_seal_attr(r, ds.attrs[i].name,
+                                           ds.attrs[i].value, why,
+                                           sizeof why) == KL_OK;
+    if (ok && !ds.n_attrs) {
+        if (kl_fleet_seal_value_ok(r->region, strlen(r->region)))
+            ok = kl_fleet_server_add_seal_attr(r, "region", r->region, why,
+                                               sizeof why) == KL_OK;
+        for (size_t i = 0; ok && i < r->nattrs; i++) {
+            const kl_fleet_attr *a = &r->attrs[i];
+            if (kl_fleet_seal_name_ok(a->key, strlen(a->key)) &&
+                kl_fleet_seal_value_ok(a->value, strlen(a->value)) &&
+                strcmp(a->key, "region") != 0)
+                ok = kl_fleet_server_add_seal_attr(r, a->key, a->value, why,
+                                                   sizeof why) == KL_OK;
+        }
+    }
+    kl_daemon_seal_release(&ds);
+    if (!ok)
+        kl_errf(err, errlen, "sealing_key: %s; fix the option",
+                why[0] ? why : "no public key");
+    return ok;
 }
 
 /* This server's record from the options; false with the option and the
@@ -162,6 +231,8 @@ static bool make_record(const kl_config *cfg, kl_fleet_server *r, char *err,
             kl_errf(err, errlen, "fleet_key_sets: %s; fix the name", why);
             return false;
         }
+    if (!add_sealing(cfg, r, err, errlen))
+        return false;
     if (kl_fleet_server_check(r, why, sizeof why) != KL_OK) {
         /* "server record: bad "region" (...)": name the option */
         const char *f = strchr(why, '"');
@@ -270,11 +341,13 @@ kl_dfleet *kl_dfleet_start(const kl_config *cfg, kl_router *router, bool *ok)
             *ok = false;
         }
     }
-    if (*ok && router && kl_dfleet_routes(cfg)) {
+    bool sealed_only = !kl_dfleet_routes(cfg) && kl_dfleet_routes_sealed(cfg);
+    if (*ok && router && (kl_dfleet_routes(cfg) || sealed_only)) {
         kl_fleet_dir_opts d = {.etcd = etcd_opts(cfg, &e),
                                .prefix = cfg->fleet_prefix};
         if (kl_rt_fleet_feed_start(router, &d, or_null(cfg->fleet_name),
-                                   &f->feed, err, sizeof err) != KL_OK) {
+                                   sealed_only, &f->feed, err,
+                                   sizeof err) != KL_OK) {
             kl_error("fleet: directory: %s; not starting", err);
             *ok = false;
         }
@@ -286,7 +359,10 @@ kl_dfleet *kl_dfleet_start(const kl_config *cfg, kl_router *router, bool *ok)
     kl_info("fleet: etcd %s, prefix %s%s%s%s", cfg->fleet_etcd_endpoints,
             cfg->fleet_prefix, f->member ? ", registering as " : "",
             f->member ? cfg->fleet_name : "",
-            f->feed ? ", routing from the directory" : "");
+            !f->feed      ? ""
+            : sealed_only ? ", routing its sealed keys held elsewhere from "
+                            "the directory"
+                          : ", routing from the directory");
     return f;
 }
 

@@ -24,8 +24,14 @@ typedef struct kl_dfleet kl_dfleet;
 bool kl_dfleet_configured(const kl_config *cfg);
 /* The router takes its tables from the directory: a fleet, no
  * router_table, and this server either not registered or of role egress
- * or router (a keys server forwards nothing). */
+ * or router (a keys server forwards nothing but its sealed keys held
+ * elsewhere: below). */
 bool kl_dfleet_routes(const kl_config *cfg);
+/* A registered "keys" server with sealing_key and no router_table: it
+ * forwards only its sealed keys held elsewhere, to the servers whose
+ * published sealing attributes satisfy their policies, read from the
+ * directory's records (docs/FLEET.md "Sealed keys"). */
+bool kl_dfleet_routes_sealed(const kl_config *cfg);
 /* Checks the fleet options (endpoints, TLS files, this server's record);
  * each problem is one log line naming the option and the fix, counted in
  * p. */

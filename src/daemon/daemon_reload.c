@@ -255,6 +255,7 @@ void kl_reloader_run(kl_reloader *r, const char *why)
         /* the routing table is re-read too (it is also polled) */
         ok = kl_ext_reload_router(r->ext) && ok;
         kl_ext_reloaded(r->ext, cfg, ok, kl_keystore_count(r->keys));
+        kl_ext_sealed_keys(r->ext, r->keys);
     }
     if (kl_sd_notify("READY=1") != KL_OK)
         kl_debug("cannot tell systemd that the reload is done");

@@ -178,7 +178,9 @@ int kl_daemon_serve(kl_config *cfg, int argc, char **argv, kl_keystore *ks,
         kl_error("cannot start the shard threads");
         goto stop;
     }
+    atomic_store(&x.srv, srv); /* the sealed-key metric at scrape */
     kl_ext_serve(&x, cfg, pool, nkeys);
+    kl_ext_sealed_keys(&x, ks); /* their remotes, before a request asks */
     r = kl_reloader_new(srv, cfg, argc, argv, ks);
     cfg = NULL; /* the reloader owns it */
     if (!r) {

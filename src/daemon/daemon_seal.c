@@ -167,3 +167,34 @@ void kl_daemon_seal_release(kl_daemon_seal *s)
     free(s->text);
     memset(s, 0, sizeof *s);
 }
+
+/* ---- the router's view of sealing policies ------------------------------ */
+
+static void *policy_parse(const char *text, size_t len)
+{
+    kl_policy *p = NULL;
+    char err[160];
+    if (kl_policy_parse(text, len, &p, NULL, err, sizeof err) != KL_OK)
+        return NULL; /* the key store's text parsed once already */
+    return p;
+}
+
+static bool policy_eval(const void *policy, const kl_rt_attr *attrs, size_t n)
+{
+    kl_policy_attr pa[KL_SEAL_MAX_ATTRS + 1]; /* a table's 64 + region */
+    size_t m = n < KL_SEAL_MAX_ATTRS + 1 ? n : KL_SEAL_MAX_ATTRS + 1;
+    for (size_t i = 0; i < m; i++)
+        pa[i] = (kl_policy_attr){attrs[i].name, attrs[i].value};
+    return kl_policy_eval(policy, pa, m);
+}
+
+static void policy_free(void *policy)
+{
+    kl_policy_free(policy);
+}
+
+const kl_rt_policy_ops kl_daemon_policy_ops = {
+    .parse = policy_parse,
+    .eval = policy_eval,
+    .free = policy_free,
+};

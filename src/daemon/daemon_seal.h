@@ -9,6 +9,7 @@
 
 #include "config/config.h"
 #include "keys/keystore.h"
+#include "router/router.h"
 
 #define KL_SEAL_MAX_ATTRS 64
 
@@ -25,5 +26,10 @@ typedef struct kl_daemon_seal {
 bool kl_daemon_seal_prepare(const kl_config *cfg, kl_daemon_seal *s,
                             kl_keystore_opts *ko);
 void kl_daemon_seal_release(kl_daemon_seal *s);
+
+/* The sealing policy language (seal/policy.h) for the router, which may
+ * not include src/seal: a sealed key held elsewhere goes to a remote whose
+ * attributes satisfy its policy (docs/SEALING.md). */
+extern const kl_rt_policy_ops kl_daemon_policy_ops;
 
 #endif

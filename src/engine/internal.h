@@ -60,6 +60,9 @@ typedef struct kl_shard_stats {
         read_pauses;
     /* limits.c, acl.c */
     kl_counter conn_refused, handshake_refused, acl_refused;
+    /* sealed keys held elsewhere answered `key not found` here: no router
+     * to forward them (docs/SEALING.md) */
+    kl_counter sealed_unroutable;
 } kl_shard_stats;
 
 typedef enum kl_conn_state {
@@ -394,12 +397,14 @@ static inline void kl_tr_request_end(kl_conn *c, const kl_req_trace *rt,
 
 /* routed.c: requests for keys held elsewhere (docs/ROUTING.md) */
 /* Forwards req through the server's router: KL_OK, answered later through
+ * (sealed_policy: the key store holds the key sealed for other servers,
+ * with this policy - router.h kl_route_req; NULL otherwise)
  * the shard's completion queue and counted in flight like a crypto job. A
  * request refused here (access lists, out of memory) is answered at once
  * and the status of its answer returned, for the request metrics. */
 kl_status kl_routed_submit(kl_conn *c, const kl_request *req,
                            const kl_req_context *ctx, const kl_req_trace *rt,
-                           uint64_t t0_ns);
+                           uint64_t t0_ns, const char *sealed_policy);
 /* On the shard: a forwarded request came back through the queue. */
 void kl_routed_complete(kl_shard *s, kl_job *j);
 /* After the shard stopped (kl_shard_destroy): frees it unanswered. */

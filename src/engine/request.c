@@ -332,13 +332,21 @@ static kl_status handle(kl_conn *c, const kl_header *hdr, const uint8_t *body,
         const kl_key *key = kl_keystore_find(kl_shard_keys(s), req.ski);
         /* keyless_key_load_duration, and the key-lookup span */
         kl_mx_key_lookup(s, rt, tk, req.ski, key != NULL);
-        /* a key held elsewhere is forwarded (routed.c) */
+        /* a key held elsewhere is forwarded (routed.c): one the table
+         * routes, or a sealed key for other servers, which goes to a
+         * remote its policy admits (docs/SEALING.md) */
+        const char *sealed = NULL;
         if (!key && s->srv->o.router &&
-            kl_router_has_key(s->srv->o.router, req.ski)) {
-            kl_status err = kl_routed_submit(c, &req, pctx, rt, t0_ns);
+            (kl_router_has_key(s->srv->o.router, req.ski) ||
+             (sealed =
+                  kl_keystore_held_elsewhere(kl_shard_keys(s), req.ski)))) {
+            kl_status err = kl_routed_submit(c, &req, pctx, rt, t0_ns, sealed);
             *later = err == KL_OK;
             return err;
         }
+        if (!key && !s->srv->o.router &&
+            kl_keystore_held_elsewhere(kl_shard_keys(s), req.ski))
+            KL_COUNT(s->st.sealed_unroutable); /* nowhere to forward */
         /* a key the access lists refuse this client is answered
          * as if it did not exist (acl.h); the log line says why. */
         bool refused =

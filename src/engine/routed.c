@@ -34,6 +34,7 @@ struct kl_srv_rjob {
     kl_srv_rjob *prev, *next; /* the connection's forwarded requests */
     kl_route_handle h;
     bool finished; /* done ran; guarded by the shard's done.mu */
+    bool sealed;   /* a sealed key held elsewhere (for the log line) */
     uint32_t id;
     uint64_t t0_ns;      /* read (kl_now_ns), 0 with metrics off */
     uint64_t sent_ns;    /* handed to the router */
@@ -96,7 +97,7 @@ static void rjob_done(void *arg, kl_status err, const uint8_t *payload,
  * kl_acl_allows_ski judges (`ski:` and "*" rules can name it). */
 kl_status kl_routed_submit(kl_conn *c, const kl_request *req,
                            const kl_req_context *ctx, const kl_req_trace *rt,
-                           uint64_t t0_ns)
+                           uint64_t t0_ns, const char *sealed_policy)
 {
     kl_shard *s = c->shard;
     kl_server *srv = s->srv;
@@ -121,6 +122,7 @@ kl_status kl_routed_submit(kl_conn *c, const kl_request *req,
     rj->job.owner = s;
     rj->job.opcode = req->opcode;
     rj->conn = c;
+    rj->sealed = sealed_policy != NULL;
     rj->id = req->hdr.id;
     rj->t0_ns = t0_ns;
     rj->sent_ns = t0_ns ? kl_now_ns() : 0;
@@ -135,7 +137,7 @@ kl_status kl_routed_submit(kl_conn *c, const kl_request *req,
     /* The router copies the request (SKI, payload, compliance region, span
      * context, request context with hops + 1): the input buffer may move
      * on. done never runs inside this call. */
-    kl_route_req rr = {req, ctx, false};
+    kl_route_req rr = {req, ctx, false, sealed_policy};
     /* a traced request goes upstream with our binary span
      * context naming its route span; the router rewrites it per attempt */
     kl_request traced;
@@ -165,8 +167,12 @@ kl_status kl_routed_submit(kl_conn *c, const kl_request *req,
 /* The log line's detail for a forwarded request answered with an error
  * (the router's outcomes, router.h; the error itself is logged and
  * counted by its P6 name). */
-static const char *routed_why(kl_status err)
+static const char *routed_why(kl_status err, bool sealed)
 {
+    if (sealed && err == KL_E_KEY_NOT_FOUND)
+        return "forwarding: a sealed key held elsewhere that no remote "
+               "took (none satisfies its policy, or each asked had no such "
+               "key)";
     switch ((int)err) { /* named P6 statuses: core/status.h */
     case KL_E_REMOTE_CONFIG:
         return "forwarding: no route could serve it (region policy, hop "
@@ -196,7 +202,8 @@ void kl_routed_complete(kl_shard *s, kl_job *j)
     if (c->state != KL_CONN_CLOSED) {
         const char *rid = rj->request_id[0] ? rj->request_id : NULL;
         if (err != KL_OK) {
-            kl_conn_answer_error(c, rj->id, err, rid, routed_why(err));
+            kl_conn_answer_error(c, rj->id, err, rid,
+                                 routed_why(err, rj->sealed));
         } else if (kl_outbuf_response(&c->out, rj->id, KL_OP_RESPONSE, j->out,
                                       j->out_len) != KL_OK) {
             kl_conn_answer_error(c, rj->id, KL_E_INTERNAL, rid,

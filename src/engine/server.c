@@ -357,6 +357,7 @@ void kl_server_get_stats(const kl_server *srv, kl_server_stats *out)
         SUM(conn_refused);
         SUM(handshake_refused);
         SUM(acl_refused);
+        SUM(sealed_unroutable);
     }
 #undef SUM
 }

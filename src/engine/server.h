@@ -123,6 +123,8 @@ typedef struct kl_server_stats {
     uint64_t handshake_refused; /* closed at accept: max_handshaking or
                                    max_handshaking_per_source */
     uint64_t acl_refused;       /* requests refused by an access list */
+    uint64_t sealed_unroutable; /* sealed keys held elsewhere, answered
+                                   `key not found`: no router here */
 } kl_server_stats;
 
 void kl_server_get_stats(const kl_server *s, kl_server_stats *out);

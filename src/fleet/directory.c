@@ -20,6 +20,7 @@ struct kl_fleet_dir {
     int debounce_ms, sync_check_ms;
     kl_fleet_view_fn fn;
     void *arg;
+    bool records_only; /* key sets are skipped (directory.h) */
     kl_etcd *etcd;
     kl_etcd_watch *w;
     pthread_t thread;
@@ -39,6 +40,15 @@ struct kl_fleet_dir {
     int backoff_ms;
     kl_status step_status; /* the last event callback's failure */
 };
+
+/* A key set's meta, which a records-only reader leaves alone (its SKIs
+ * are never read either: they are read only for a meta taken). */
+static bool skipped(const kl_fleet_dir *d, const uint8_t *key, size_t len)
+{
+    char name[KL_FLEET_NAME_MAX + 1];
+    return d->records_only &&
+           kl_fleet_key_parse(d->prefix, key, len, name) == KL_FLEET_KEY_SET;
+}
 
 /* Sleeps up to ms unless stopped; true when stopping. */
 static bool nap(kl_fleet_dir *d, int ms)
@@ -109,10 +119,11 @@ static kl_status snapshot(kl_fleet_dir *d, int64_t *rev, char *err,
         if (at == 0)
             at = pg.revision;
         for (size_t i = 0; i < pg.n && st == KL_OK; i++)
-            st = kl_fdir_apply(&ns, &d->s, d->etcd, d->prefix, pg.kvs[i].key,
-                               pg.kvs[i].key_len, pg.kvs[i].value,
-                               pg.kvs[i].value_len, false,
-                               pg.kvs[i].mod_revision, &changed);
+            if (!skipped(d, pg.kvs[i].key, pg.kvs[i].key_len))
+                st = kl_fdir_apply(&ns, &d->s, d->etcd, d->prefix,
+                                   pg.kvs[i].key, pg.kvs[i].key_len,
+                                   pg.kvs[i].value, pg.kvs[i].value_len, false,
+                                   pg.kvs[i].mod_revision, &changed);
         bool more = st == KL_OK && pg.more && pg.n > 0;
         if (more) {
             after_len = pg.kvs[pg.n - 1].key_len;
@@ -147,6 +158,8 @@ static void on_event(void *arg, const kl_etcd_event *ev)
     }
     if (d->need_snapshot || d->step_status != KL_OK)
         return; /* the snapshot (or the re-read) will see it */
+    if (skipped(d, ev->key, ev->key_len))
+        return;
     bool changed = false;
     kl_status st = kl_fdir_apply(
         &d->s, NULL, d->etcd, d->prefix, ev->key, ev->key_len, ev->value,
@@ -329,6 +342,7 @@ kl_status kl_fleet_dir_start(const kl_fleet_dir_opts *o, kl_fleet_dir **out,
     d->sync_check_ms = o->sync_check_ms > 0 ? o->sync_check_ms : 2000;
     d->fn = o->fn;
     d->arg = o->arg;
+    d->records_only = o->records_only;
     d->need_snapshot = true;
     d->start_ms = kl_now_ms();
     /* reads: longer than an election, short enough to notice a frozen

@@ -52,6 +52,10 @@ typedef struct kl_fleet_dir_opts {
     int sync_check_ms;  /* liveness read; 0: 2000 */
     kl_fleet_view_fn fn;
     void *arg;
+    /* Server records and region codes only: key sets (and their SKIs) are
+     * not read, views have none - a "keys" server that routes only its
+     * sealed keys held elsewhere (docs/FLEET.md "Sealed keys"). */
+    bool records_only;
 } kl_fleet_dir_opts;
 
 typedef struct kl_fleet_dir kl_fleet_dir;

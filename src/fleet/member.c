@@ -42,17 +42,7 @@ const char *kl_fleet_member_state_name(kl_fleet_member_state s)
 
 static kl_status copy_record(kl_fleet_server *dst, const kl_fleet_server *src)
 {
-    kl_fleet_server tmp = *src;
-    tmp.sets = NULL;
-    tmp.nsets = 0;
-    for (size_t i = 0; i < src->nsets; i++)
-        if (kl_fleet_server_add_set(&tmp, src->sets[i], NULL, 0) != KL_OK) {
-            kl_fleet_server_clear(&tmp);
-            return KL_E_NOMEM;
-        }
-    kl_fleet_server_clear(dst);
-    *dst = tmp;
-    return KL_OK;
+    return kl_fleet_server_copy(dst, src); /* sets and sealing attributes */
 }
 
 static void set_state(kl_fleet_member *m, kl_fleet_member_state s,

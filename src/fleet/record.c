@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "fleet/etcd.h"
 #include "fleet/record.h"
 #include "fleet/record_int.h"
 
@@ -63,7 +64,139 @@ static bool health_parse(const char *s, kl_fleet_health *out)
 void kl_fleet_server_clear(kl_fleet_server *s)
 {
     free(s->sets);
+    free(s->seal_attrs);
     memset(s, 0, sizeof *s);
+}
+
+kl_status kl_fleet_server_copy(kl_fleet_server *dst, const kl_fleet_server *src)
+{
+    kl_fleet_server tmp = *src;
+    tmp.sets = NULL;
+    tmp.nsets = 0;
+    tmp.seal_attrs = NULL;
+    tmp.n_seal_attrs = 0;
+    for (size_t i = 0; i < src->nsets; i++)
+        if (kl_fleet_server_add_set(&tmp, src->sets[i], NULL, 0) != KL_OK)
+            goto fail;
+    if (src->n_seal_attrs) {
+        tmp.seal_attrs = malloc(src->n_seal_attrs * sizeof *tmp.seal_attrs);
+        if (!tmp.seal_attrs)
+            goto fail;
+        memcpy(tmp.seal_attrs, src->seal_attrs,
+               src->n_seal_attrs * sizeof *tmp.seal_attrs);
+        tmp.n_seal_attrs = src->n_seal_attrs;
+    }
+    kl_fleet_server_clear(dst);
+    *dst = tmp;
+    return KL_OK;
+fail:
+    kl_fleet_server_clear(&tmp);
+    return KL_E_NOMEM;
+}
+
+/* ---- sealed keys: the key and the attributes ------------------------ */
+
+static bool seal_lower(char c)
+{
+    return c >= 'a' && c <= 'z';
+}
+
+static bool seal_name_char(char c)
+{
+    return seal_lower(c) || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+/* and, or, not, in: the policy language's keywords */
+static bool seal_keyword(const char *s, size_t len)
+{
+    static const char *const kw[] = {"and", "or", "not", "in"};
+    for (size_t i = 0; i < 4; i++)
+        if (strlen(kw[i]) == len && !memcmp(s, kw[i], len))
+            return true;
+    return false;
+}
+
+bool kl_fleet_seal_name_ok(const char *s, size_t len)
+{
+    if (!s || len == 0 || len > KL_FLEET_SEAL_WORD || !seal_lower(s[0]))
+        return false;
+    for (size_t i = 1; i < len; i++)
+        if (!seal_name_char(s[i]))
+            return false;
+    return !seal_keyword(s, len);
+}
+
+bool kl_fleet_seal_value_ok(const char *s, size_t len)
+{
+    if (!s || len == 0 || len > KL_FLEET_SEAL_WORD)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!seal_name_char(s[i]) && s[i] != '.' && s[i] != ':')
+            return false;
+    return !seal_keyword(s, len);
+}
+
+static bool seal_key_ok(uint16_t kem, const uint8_t *pk, size_t len)
+{
+    if (kem == KL_FLEET_KEM_X25519)
+        return len == 32;
+    /* SerializePublicKey of P-256 (RFC 9180 7.1.1): 04 || X || Y; whether
+     * the point is on the curve is the sealer's check (seal/hpke.c) */
+    return kem == KL_FLEET_KEM_P256 && len == 65 && pk[0] == 0x04;
+}
+
+kl_status kl_fleet_server_set_sealing(kl_fleet_server *s, uint16_t kem,
+                                      const uint8_t *pk, size_t len, char *err,
+                                      size_t errlen)
+{
+    if (!pk || !seal_key_ok(kem, pk, len)) {
+        kl_errf(err, errlen,
+                "sealing key: not an X25519 (32 bytes) or uncompressed "
+                "P-256 (65 bytes) public key");
+        return KL_E_BAD_VALUE;
+    }
+    s->seal_kem = kem;
+    memcpy(s->seal_pk, pk, len);
+    s->seal_pk_len = len;
+    return KL_OK;
+}
+
+kl_status kl_fleet_server_add_seal_attr(kl_fleet_server *s, const char *name,
+                                        const char *value, char *err,
+                                        size_t errlen)
+{
+    if (!kl_fleet_seal_name_ok(name, strlen(name)) ||
+        !kl_fleet_seal_value_ok(value, strlen(value))) {
+        kl_errf(err, errlen,
+                "sealing attribute \"%.70s=%.70s\": names are lower-case "
+                "letters, digits, '-' and '_' starting with a letter, values "
+                "those and '.' ':' (at most 64 bytes each, not and/or/not/in)",
+                name, value);
+        return KL_E_BAD_VALUE;
+    }
+    if (s->n_seal_attrs >= KL_FLEET_SEAL_ATTRS) {
+        kl_errf(err, errlen, "more than %d sealing attribute values",
+                KL_FLEET_SEAL_ATTRS);
+        return KL_E_BAD_VALUE;
+    }
+    for (size_t i = 0; i < s->n_seal_attrs; i++)
+        if (!strcmp(s->seal_attrs[i].name, name) &&
+            !strcmp(s->seal_attrs[i].value, value)) {
+            kl_errf(err, errlen, "sealing attribute %s=%s given twice", name,
+                    value);
+            return KL_E_BAD_VALUE;
+        }
+    if ((s->n_seal_attrs & (s->n_seal_attrs - 1)) == 0) { /* 0, 1, 2, 4.. */
+        size_t cap = s->n_seal_attrs ? s->n_seal_attrs * 2 : 1;
+        void *p = realloc(s->seal_attrs, cap * sizeof *s->seal_attrs);
+        if (!p)
+            return KL_E_NOMEM;
+        s->seal_attrs = p;
+    }
+    kl_fleet_sattr *a = &s->seal_attrs[s->n_seal_attrs++];
+    snprintf(a->name, sizeof a->name, "%s", name);
+    snprintf(a->value, sizeof a->value, "%s", value);
+    return KL_OK;
 }
 
 kl_status kl_fleet_server_add_set(kl_fleet_server *s, const char *name,
@@ -163,6 +296,15 @@ kl_status kl_fleet_server_check(const kl_fleet_server *s, char *err,
             bad = "sets";
     if (!bad && !attr_val_ok(s->version, strlen(s->version)))
         bad = "version";
+    if (!bad && (s->seal_kem || s->n_seal_attrs) &&
+        !seal_key_ok(s->seal_kem, s->seal_pk, s->seal_pk_len))
+        bad = "sealing"; /* attributes without a key: nothing to open with */
+    for (size_t i = 0; !bad && i < s->n_seal_attrs; i++)
+        if (!kl_fleet_seal_name_ok(s->seal_attrs[i].name,
+                                   strlen(s->seal_attrs[i].name)) ||
+            !kl_fleet_seal_value_ok(s->seal_attrs[i].value,
+                                    strlen(s->seal_attrs[i].value)))
+            bad = "sealing";
     if (bad) {
         kl_errf(err, errlen, "server record: bad \"%s\" (%s)", bad,
                 kl_fleet_field_rule(bad));
@@ -188,9 +330,49 @@ const char *kl_fleet_field_rule(const char *field)
                "at most 64 bytes";
     if (!strcmp(field, "version"))
         return "printable, at most 64 bytes";
+    if (!strcmp(field, "sealing"))
+        return "an object: \"kem\" x25519 or p256, \"key\" the base64 of its "
+               "32- or 65-byte public key, \"attrs\" names of the sealing "
+               "policy grammar to a value or a list of values (at most 64)";
     if (!strcmp(field, "started") || !strcmp(field, "v"))
         return "an integer";
     return "1-64 letters, digits, '.', '_' or '-'";
+}
+
+/* "sealing": {"kem", "key", "attrs": {name: value or [values]}} */
+static json_t *sealing_json(const kl_fleet_server *s)
+{
+    json_t *o = json_object(), *attrs = json_object();
+    char *b64 = kl_etcd_b64(s->seal_pk, s->seal_pk_len);
+    bool ok = o && attrs && b64;
+    for (size_t i = 0; ok && i < s->n_seal_attrs; i++) {
+        const kl_fleet_sattr *a = &s->seal_attrs[i];
+        json_t *have = json_object_get(attrs, a->name);
+        if (!have) {
+            ok = !json_object_set_new(attrs, a->name, json_string(a->value));
+        } else if (json_is_string(have)) { /* a second value: a list */
+            json_t *l = json_array();
+            ok = l && !json_array_append(l, have) &&
+                 !json_array_append_new(l, json_string(a->value)) &&
+                 !json_object_set_new(attrs, a->name, l);
+        } else {
+            ok = !json_array_append_new(have, json_string(a->value));
+        }
+    }
+    ok = ok &&
+         !json_object_set_new(o, "kem",
+                              json_string(s->seal_kem == KL_FLEET_KEM_P256
+                                              ? "p256"
+                                              : "x25519")) &&
+         !json_object_set_new(o, "key", json_string(b64)) &&
+         !json_object_set(o, "attrs", attrs);
+    free(b64);
+    json_decref(attrs);
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 kl_status kl_fleet_server_encode(const kl_fleet_server *s, char **out,
@@ -217,6 +399,11 @@ kl_status kl_fleet_server_encode(const kl_fleet_server *s, char **out,
                               json_string(kl_fleet_health_name(s->health))) &&
          !json_object_set_new(o, "started", json_integer(s->started)) &&
          !json_object_set_new(o, "version", json_string(s->version));
+    if (ok && s->seal_kem) { /* absent without a sealing key: old readers
+                                and old records are the same */
+        json_t *sj = sealing_json(s);
+        ok = sj && !json_object_set_new(o, "sealing", sj);
+    }
     char *text = ok ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(attrs);
     json_decref(sets);
@@ -333,6 +520,64 @@ static bool get_sets(const json_t *o, kl_fleet_server *s)
     return true;
 }
 
+static bool seal_attr_add(kl_fleet_server *s, const char *k, const json_t *v)
+{
+    return json_is_string(v) &&
+           !memchr(json_string_value(v), 0, json_string_length(v)) &&
+           kl_fleet_server_add_seal_attr(s, k, json_string_value(v), NULL, 0) ==
+               KL_OK;
+}
+
+/* "sealing" (absent: no sealing key). Unknown members are ignored, as in
+ * the record. */
+static bool get_sealing(const json_t *o, kl_fleet_server *s)
+{
+    json_t *sj = json_object_get(o, "sealing");
+    if (!sj)
+        return true;
+    if (!json_is_object(sj))
+        return false;
+    char kem[16] = "", b64[128] = "";
+    if (!get_str(sj, "kem", true, kem, sizeof kem) ||
+        !get_str(sj, "key", true, b64, sizeof b64))
+        return false;
+    uint16_t id = !strcmp(kem, "x25519") ? KL_FLEET_KEM_X25519
+                  : !strcmp(kem, "p256") ? KL_FLEET_KEM_P256
+                                         : 0;
+    uint8_t *pk = NULL;
+    size_t pk_len = 0;
+    if (!id || kl_etcd_unb64(b64, strlen(b64), &pk, &pk_len) != KL_OK)
+        return false;
+    kl_status st = kl_fleet_server_set_sealing(s, id, pk, pk_len, NULL, 0);
+    free(pk);
+    if (st != KL_OK)
+        return false;
+    json_t *a = json_object_get(sj, "attrs");
+    if (!a)
+        return true;
+    if (!json_is_object(a))
+        return false;
+    const char *k;
+    json_t *v;
+    json_object_foreach(a, k, v)
+    {
+        if (json_is_array(v)) {
+            size_t i;
+            json_t *e;
+            if (!json_array_size(v))
+                return false;
+            json_array_foreach(v, i, e)
+            {
+                if (!seal_attr_add(s, k, e))
+                    return false;
+            }
+        } else if (!seal_attr_add(s, k, v)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* The first bad field's name, or NULL. */
 static const char *read_fields(const json_t *o, kl_fleet_server *s)
 {
@@ -368,6 +613,8 @@ static const char *read_fields(const json_t *o, kl_fleet_server *s)
         return "attrs";
     if (!get_sets(o, s))
         return "sets";
+    if (!get_sealing(o, s))
+        return "sealing";
     return NULL;
 }
 

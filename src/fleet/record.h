@@ -45,6 +45,19 @@ typedef struct kl_fleet_attr {
     char value[KL_FLEET_ATTR_VAL + 1];
 } kl_fleet_attr;
 
+/* A sealing attribute (docs/SEALING.md): name and value in the sealing
+ * policy grammar (seal/policy.h), so a policy can name every one; a
+ * name may have several values. */
+#define KL_FLEET_SEAL_WORD 64       /* a sealing attribute's name or value */
+#define KL_FLEET_SEAL_ATTRS 64      /* sealing attribute values of a server */
+#define KL_FLEET_SEAL_PK_MAX 65     /* an uncompressed P-256 point */
+#define KL_FLEET_KEM_P256 0x0010u   /* DHKEM(P-256, HKDF-SHA256) */
+#define KL_FLEET_KEM_X25519 0x0020u /* DHKEM(X25519, HKDF-SHA256) */
+typedef struct kl_fleet_sattr {
+    char name[KL_FLEET_SEAL_WORD + 1];
+    char value[KL_FLEET_SEAL_WORD + 1];
+} kl_fleet_sattr;
+
 typedef struct kl_fleet_server {
     char name[KL_FLEET_NAME_MAX + 1];
     char region[KL_FLEET_NAME_MAX + 1];
@@ -59,6 +72,15 @@ typedef struct kl_fleet_server {
     kl_fleet_health health;
     int64_t started; /* Unix seconds */
     char version[KL_FLEET_NAME_MAX + 1];
+    /* Sealed keys (docs/FLEET.md "The server record", "sealing"): the
+     * server's sealing public key (seal_kem 0: it publishes none, and
+     * opens no sealed key) and the attributes sealing policies are judged
+     * by (seal_attrs malloc'd). */
+    uint16_t seal_kem; /* KL_FLEET_KEM_X25519 or KL_FLEET_KEM_P256 */
+    uint8_t seal_pk[KL_FLEET_SEAL_PK_MAX];
+    size_t seal_pk_len; /* 32 or 65 */
+    kl_fleet_sattr *seal_attrs;
+    size_t n_seal_attrs;
 } kl_fleet_server;
 
 typedef struct kl_fleet_set_meta {
@@ -87,6 +109,23 @@ const char *kl_fleet_health_name(kl_fleet_health h);
 bool kl_fleet_role_parse(const char *s, kl_fleet_role *out);
 
 void kl_fleet_server_clear(kl_fleet_server *s);
+/* A deep copy of src into dst (cleared first); KL_E_NOMEM. */
+kl_status kl_fleet_server_copy(kl_fleet_server *dst,
+                               const kl_fleet_server *src) KL_WUR;
+/* The sealing-policy grammar's character sets (seal/policy.h
+ * kl_policy_name_ok / kl_policy_value_ok, which src/fleet may not
+ * include; tests/unit/fleet/test_fleet_record.c compares them). */
+bool kl_fleet_seal_name_ok(const char *s, size_t len);
+bool kl_fleet_seal_value_ok(const char *s, size_t len);
+/* Sets the sealing key (kem and its public key bytes: 32 for X25519, 65
+ * uncompressed for P-256) and appends a sealing attribute; checked,
+ * KL_E_BAD_VALUE with err saying what is wrong. */
+kl_status kl_fleet_server_set_sealing(kl_fleet_server *s, uint16_t kem,
+                                      const uint8_t *pk, size_t len, char *err,
+                                      size_t errlen) KL_WUR;
+kl_status kl_fleet_server_add_seal_attr(kl_fleet_server *s, const char *name,
+                                        const char *value, char *err,
+                                        size_t errlen) KL_WUR;
 /* Appends a set name (checked); KL_E_BAD_VALUE for a bad or repeated
  * name or too many. */
 kl_status kl_fleet_server_add_set(kl_fleet_server *s, const char *name,

@@ -91,12 +91,15 @@ KL_WUR kl_status kl_keystore_add_file(kl_keystore *ks, const char *path);
  * refused (KL_E_KEY). The plaintext lives only in the key's memory. */
 KL_WUR kl_status kl_keystore_add_sealed(kl_keystore *ks, const char *path);
 /* Sealed keys this server cannot open: their policy (canonical form), or
- * NULL for an SKI not held elsewhere. Routing requests for them to a
- * region their policy allows is for the geo router; until then such a
- * request is answered `key not found`. */
+ * NULL for an SKI not held elsewhere; one hash probe. A request for one
+ * is forwarded by the geo router to a remote whose attributes satisfy
+ * the policy (docs/SEALING.md "keylessd and sealed keys"). */
 const char *kl_keystore_held_elsewhere(const kl_keystore *ks,
                                        const uint8_t ski[KL_SKI_LEN]);
 size_t kl_keystore_held_elsewhere_count(const kl_keystore *ks);
+/* The policy of the i-th key held elsewhere (i < the count), in load
+ * order: what the router prepares its eligible remotes for. */
+const char *kl_keystore_elsewhere_policy(const kl_keystore *ks, size_t i);
 /* Sealed key files refused by any load in this process (tampered, or not
  * opening for this server although wrapped to it). */
 uint64_t kl_keys_sealed_refused_total(void);

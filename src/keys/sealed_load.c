@@ -44,13 +44,33 @@ void kl_keystore_free_elsewhere(kl_keystore *ks)
     for (size_t i = 0; i < ks->n_elsewhere; i++)
         free(ks->elsewhere[i].policy);
     free(ks->elsewhere);
+    kl_hmap_free(&ks->elsewhere_map);
     ks->elsewhere = NULL;
     ks->n_elsewhere = ks->cap_elsewhere = 0;
 }
 
-/* Held elsewhere: a list, searched linearly. Nothing on the request
- * path asks it yet (routing those keys is the geo router's later step);
- * a map by SKI replaces the list when something does. */
+/* Held elsewhere: a list, and a map by SKI over it - a request for a key
+ * this server does not hold asks it (the geo router forwards the key to
+ * a server its policy admits: docs/SEALING.md "keylessd and sealed
+ * keys"), so the lookup is one probe, not a walk. */
+typedef struct elsewhere_slot {
+    kl_hslot h; /* the SKI's first 8 bytes: SHA-1 output, uniform */
+    uint8_t ski[KL_SKI_LEN];
+    uint32_t i; /* in ks->elsewhere */
+} elsewhere_slot;
+
+static uint64_t ski_hash(const uint8_t ski[KL_SKI_LEN])
+{
+    uint64_t h;
+    memcpy(&h, ski, sizeof h);
+    return h;
+}
+
+static bool ski_eq(const void *slot, const void *key)
+{
+    return !memcmp(((const elsewhere_slot *)slot)->ski, key, KL_SKI_LEN);
+}
+
 static kl_status add_elsewhere(kl_keystore *ks, const kl_sealed *s,
                                const char *path, const char *why)
 {
@@ -63,9 +83,21 @@ static kl_status add_elsewhere(kl_keystore *ks, const kl_sealed *s,
         ks->elsewhere = nv;
         ks->cap_elsewhere = nc;
     }
+    if (!ks->n_elsewhere)
+        kl_hmap_init(&ks->elsewhere_map, sizeof(elsewhere_slot));
+    KL_GUARD(kl_hmap_reserve(&ks->elsewhere_map, ks->n_elsewhere + 1));
     kl_elsewhere *e = &ks->elsewhere[ks->n_elsewhere];
     KL_ENSURE((e->policy = strdup(s->policy_text)) != NULL, KL_E_NOMEM);
     memcpy(e->ski, s->ski, KL_SKI_LEN);
+    bool found;
+    elsewhere_slot *slot = kl_hmap_put_h(&ks->elsewhere_map, ski_hash(s->ski),
+                                         ski_eq, s->ski, &found);
+    if (!slot) { /* reserved above: cannot happen */
+        free(e->policy);
+        return KL_E_NOMEM;
+    }
+    memcpy(slot->ski, s->ski, KL_SKI_LEN);
+    slot->i = (uint32_t)ks->n_elsewhere;
     ks->n_elsewhere++;
     char hex[2 * KL_SKI_LEN + 1];
     kl_ski_hex(s->ski, hex);
@@ -78,15 +110,21 @@ static kl_status add_elsewhere(kl_keystore *ks, const kl_sealed *s,
 const char *kl_keystore_held_elsewhere(const kl_keystore *ks,
                                        const uint8_t ski[KL_SKI_LEN])
 {
-    for (size_t i = 0; ks && i < ks->n_elsewhere; i++)
-        if (!memcmp(ks->elsewhere[i].ski, ski, KL_SKI_LEN))
-            return ks->elsewhere[i].policy;
-    return NULL;
+    if (!ks || !ks->n_elsewhere)
+        return NULL;
+    const elsewhere_slot *slot =
+        kl_hmap_get_h(&ks->elsewhere_map, ski_hash(ski), ski_eq, ski);
+    return slot ? ks->elsewhere[slot->i].policy : NULL;
 }
 
 size_t kl_keystore_held_elsewhere_count(const kl_keystore *ks)
 {
     return ks ? ks->n_elsewhere : 0;
+}
+
+const char *kl_keystore_elsewhere_policy(const kl_keystore *ks, size_t i)
+{
+    return ks && i < ks->n_elsewhere ? ks->elsewhere[i].policy : NULL;
 }
 
 /* The plaintext through the key file decoder (the same formats, types,

@@ -4,6 +4,7 @@
 #ifndef KL_KEYS_STORE_H
 #define KL_KEYS_STORE_H
 
+#include "core/hmap.h"
 #include "keys/decode.h"
 #include "keys/keystore.h"
 #include "keys/p11.h"
@@ -43,6 +44,8 @@ struct kl_keystore {
     uint8_t type_backend[4];
     struct kl_elsewhere *elsewhere; /* sealed keys for other servers */
     size_t n_elsewhere, cap_elsewhere;
+    kl_hmap elsewhere_map; /* SKI -> index in elsewhere (a request's miss
+                              asks it: docs/SEALING.md) */
 };
 
 /* A sealed key held elsewhere (sealed_load.c). */

@@ -81,6 +81,7 @@ struct kl_metrics {
     _Atomic uint64_t queue_depth[KL_METRICS_COST_CLASSES];
     _Atomic uint64_t keys_loaded;
     _Atomic uint64_t sealed_refused;
+    _Atomic uint64_t sealed_unroutable;
     _Atomic int64_t reload_ok;   /* -1: no reload yet */
     _Atomic int64_t reload_time; /* wall-clock seconds of the last one */
     _Atomic uint64_t reloads[2]; /* [0] failed, [1] succeeded */

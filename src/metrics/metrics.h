@@ -194,6 +194,9 @@ void kl_metrics_set_keys_loaded(kl_metrics *m, uint64_t n);
 /* Sealed key files refused by the loads so far (a running total the key
  * store keeps; sampled at scrape). */
 void kl_metrics_set_sealed_refused(kl_metrics *m, uint64_t n);
+/* Requests for sealed keys held elsewhere answered `key not found`: no
+ * remote satisfies the key's policy, or no router (docs/METRICS.md). */
+void kl_metrics_set_sealed_unroutable(kl_metrics *m, uint64_t n);
 /* A configuration or key reload finished (when: wall-clock seconds). */
 void kl_metrics_reload_result(kl_metrics *m, bool ok, time_t when);
 

@@ -230,6 +230,12 @@ void kl_metrics_set_sealed_refused(kl_metrics *m, uint64_t n)
         STORE(&m->sealed_refused, n);
 }
 
+void kl_metrics_set_sealed_unroutable(kl_metrics *m, uint64_t n)
+{
+    if (m)
+        STORE(&m->sealed_unroutable, n);
+}
+
 void kl_metrics_reload_result(kl_metrics *m, bool ok, time_t when)
 {
     if (!m)

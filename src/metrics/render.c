@@ -284,6 +284,11 @@ static void render_own(mx_buf *b, kl_metrics *m, const mx_total *t)
             "Sealed key files refused at a load: altered, or not opening "
             "for this server although wrapped to it.",
             LOAD(&m->sealed_refused));
+    put_u64(b, "keylessd_sealed_keys_unroutable_total", "counter",
+            "Requests for sealed keys held elsewhere answered `key not "
+            "found`: no remote's attributes satisfy the key's policy, or no "
+            "router.",
+            LOAD(&m->sealed_unroutable));
 
     mx_family(b, "keylessd_reloads_total", "counter",
               "Configuration and key reloads by result.");

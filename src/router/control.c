@@ -308,13 +308,17 @@ void kl_rt_install(kl_router *r, kl_rt_table *t)
         /* the table may have moved it to another region or priority */
         snprintf(rm->region, sizeof rm->region, "%s", s->region);
         rm->priority = s->priority;
+        rm->on_demand = s->on_demand;
         rm->in_table = true;
         s->remote = rm;
-        if (fresh)
+        if (fresh && !rm->on_demand)
             kl_remote_start(rm); /* opened in advance, probed now */
     }
     kl_rt_table *old = r->table;
     r->table = t;
+    /* sealed keys: every policy's remotes from the new table (sealed.c) */
+    r->table_gen++;
+    kl_rt_pclass_refresh(r);
     atomic_store(&r->published, t); /* kl_router_has_key: no lock */
     if (old) /* a shard may still be reading it: freed once none is */
         kl_rt_retire(r, old);

@@ -16,6 +16,7 @@ struct kl_rt_fleet_feed {
     kl_fleet_dir *dir;
     kl_rt_fleet_cache cache; /* the directory thread's */
     char self[KL_FLEET_NAME_MAX + 1];
+    bool sealed_only; /* a keys server's sealed keys only (table_fleet.h) */
     atomic_uint_fast64_t installs;
 };
 
@@ -24,8 +25,12 @@ static void on_view(void *arg, const kl_fleet_view *v)
     kl_rt_fleet_feed *f = arg;
     kl_rt_table *t;
     char err[256] = "";
-    if (kl_rt_table_from_fleet(v, f->self[0] ? f->self : NULL, &f->cache, &t,
-                               err, sizeof err) != KL_OK) {
+    const char *self = f->self[0] ? f->self : NULL;
+    kl_status st =
+        f->sealed_only
+            ? kl_rt_table_from_fleet_sealed(v, self, &t, err, sizeof err)
+            : kl_rt_table_from_fleet(v, self, &f->cache, &t, err, sizeof err);
+    if (st != KL_OK) {
         kl_warn("fleet: routing table not rebuilt, the last one stays: %s",
                 err);
         return;
@@ -35,15 +40,18 @@ static void on_view(void *arg, const kl_fleet_view *v)
 }
 
 kl_status kl_rt_fleet_feed_start(kl_router *r, const kl_fleet_dir_opts *o,
-                                 const char *self, kl_rt_fleet_feed **out,
-                                 char *err, size_t errlen)
+                                 const char *self, bool sealed_only,
+                                 kl_rt_fleet_feed **out, char *err,
+                                 size_t errlen)
 {
     *out = NULL;
     kl_rt_fleet_feed *f = calloc(1, sizeof *f);
     KL_ENSURE(f != NULL, KL_E_NOMEM);
     f->r = r;
     snprintf(f->self, sizeof f->self, "%s", self ? self : "");
+    f->sealed_only = sealed_only;
     kl_fleet_dir_opts d = *o;
+    d.records_only = d.records_only || sealed_only; /* no SKIs needed */
     d.fn = on_view;
     d.arg = f;
     kl_status st = kl_fleet_dir_start(&d, &f->dir, err, errlen);

@@ -286,8 +286,8 @@ static void close_idle(kl_remote *rm);
 void kl_remote_probe_all(kl_router *r)
 {
     for (kl_remote *rm = r->remotes; rm; rm = rm->next) {
-        if (!rm->in_table)
-            continue;
+        if (!rm->in_table || (!rm->nconns && rm->on_demand))
+            continue; /* on demand: connected by its next request */
         if (!rm->nconns)
             (void)conn_new(rm);
         close_idle(rm);
@@ -453,7 +453,7 @@ void kl_remote_reap(kl_router *r)
             kl_remote_free(rm);
             continue;
         }
-        if (rm->in_table && !rm->nconns) {
+        if (rm->in_table && !rm->nconns && !rm->on_demand) {
             kl_upconn *c = conn_new(rm); /* the replacement */
             if (c)
                 probe(c);

@@ -179,19 +179,29 @@ void kl_rt_next_attempt(kl_rreq *q)
         return;
     }
     const kl_rt_key *k = kl_rt_find(r->table, q->spec.ski);
-    if (!k) {
+    /* a sealed key the table does not route: the remotes its policy
+     * admits (sealed.c) */
+    kl_rt_pclass *pc = !k && q->policy ? kl_rt_pclass_get(r, q->policy) : NULL;
+    if (!k && (!pc || !pc->n)) {
         /* the table changed under it: no server has the key any more */
-        if (!q->attempts)
+        if (!q->attempts) {
             KL_RT_INC(r, not_found);
+            if (q->policy)
+                KL_RT_INC(r, sealed_no_remote);
+        }
         kl_rt_finish(q, q->attempts ? KL_E_REMOTE_CONFIG : KL_E_KEY_NOT_FOUND,
                      NULL, 0);
         return;
     }
     while (kl_rt_may_try(q, r->o.max_attempts)) {
         kl_remote *cand[KL_RT_MAX_ATTEMPTS];
-        size_t n = kl_rt_candidates(r, r->table, k, q->spec.has_compliance,
-                                    q->spec.compliance, q->tried, q->attempts,
-                                    cand, 1);
+        size_t n = k ? kl_rt_candidates(r, r->table, k, q->spec.has_compliance,
+                                        q->spec.compliance, q->tried,
+                                        q->attempts, cand, 1)
+                     : kl_rt_candidates_sealed(r, r->table, pc->servers, pc->n,
+                                               q->spec.has_compliance,
+                                               q->spec.compliance, q->tried,
+                                               q->attempts, cand, 1);
         if (!n)
             break;
         kl_remote *rm = cand[0];
@@ -323,12 +333,14 @@ static void start(kl_rreq *q)
         kl_rt_finish(q, KL_E_REMOTE_CONFIG, NULL, 0);
         return;
     }
-    if (!q->spec.ski || !kl_rt_find(r->table, q->spec.ski)) {
+    if (!q->spec.ski || (!kl_rt_find(r->table, q->spec.ski) && !q->policy)) {
         KL_RT_INC(r, not_found);
         kl_rt_finish(q, KL_E_KEY_NOT_FOUND, NULL, 0);
         return;
     }
-    kl_rt_next_attempt(q);
+    if (q->policy && !kl_rt_find(r->table, q->spec.ski))
+        KL_RT_INC(r, sealed_routed);
+    kl_rt_next_attempt(q); /* no eligible remote: `key not found` there */
 }
 
 /* ---- the loop thread --------------------------------------------------- */
@@ -343,11 +355,21 @@ static void on_wake(kl_loop *loop, void *arg)
     pthread_mutex_lock(&r->mu);
     kl_rt_table *t = r->pending;
     r->pending = NULL;
+    char **prep = r->prep;
+    size_t nprep = r->nprep;
+    r->prep = NULL;
+    r->nprep = 0;
     uint64_t gen = r->handed_gen; /* t is the latest handed over */
     bool stopping = r->stopping;
     pthread_mutex_unlock(&r->mu);
     if (t)
         kl_rt_install(r, t);
+    for (size_t i = 0; i < nprep; i++) { /* sealed.c: computed now */
+        if (!kl_rt_pclass_get(r, prep[i]))
+            kl_warn("router: out of memory preparing a sealing policy");
+        free(prep[i]);
+    }
+    free(prep);
     pthread_mutex_lock(&r->mu);
     if (t) {
         r->installed_gen = gen;
@@ -531,6 +553,7 @@ kl_status kl_router_new(const kl_router_opts *opts, kl_router **out, char *err,
     pthread_cond_init(&r->control_cv, NULL);
     pthread_cond_init(&r->snap_cv, NULL);
     pthread_cond_init(&r->install_cv, NULL);
+    kl_rt_pclass_init(r);
     r->loop = kl_loop_new();
     if ((opts->table_file && !r->table_file) || !r->ca_file || !r->loop ||
         (opts->dns_server && !r->dns_server)) {
@@ -587,8 +610,13 @@ void kl_router_free(kl_router *r)
     }
     run_flush(r);
     kl_rt_table_free(r->pending);
+    for (size_t i = 0; i < r->nprep; i++)
+        free(r->prep[i]);
+    free(r->prep);
     kl_rt_retire_reap(r, true);
     kl_rt_table_free(r->table);
+    kl_rt_pclass_free_all(r);
+    kl_hmap_free(&r->pclasses);
     if (r->loop)
         kl_loop_free(r->loop);
     pthread_mutex_destroy(&r->mu);
@@ -611,8 +639,14 @@ kl_status kl_router_route(kl_router *r, const kl_route_req *rr,
 {
     const kl_request *req = rr->req;
     size_t size = kl_rt_forward_size(req);
-    kl_rreq *q = calloc(1, sizeof *q + size + KL_RT_CTX_MAX);
+    size_t plen = rr->sealed_policy ? strlen(rr->sealed_policy) + 1 : 0;
+    kl_rreq *q = calloc(1, sizeof *q + size + KL_RT_CTX_MAX + plen);
     KL_ENSURE(q != NULL, KL_E_NOMEM);
+    if (plen) { /* after the request context's room */
+        char *pt = (char *)q->data + size + KL_RT_CTX_MAX;
+        memcpy(pt, rr->sealed_policy, plen);
+        q->policy = pt;
+    }
     char *json = (char *)q->data + size;
     if (kl_rt_forward_fill(req, rr->ctx, &q->spec, q->data, json,
                            KL_RT_CTX_MAX) != KL_OK) {
@@ -651,6 +685,28 @@ kl_status kl_router_route(kl_router *r, const kl_route_req *rr,
     inbox_push(r, q);
     kl_loop_wake(r->loop);
     return KL_OK;
+}
+
+void kl_router_prepare_policies(kl_router *r, const char *const *texts,
+                                size_t n)
+{
+    char **v = calloc(n ? n : 1, sizeof *v);
+    size_t k = 0;
+    for (size_t i = 0; v && i < n; i++)
+        if ((v[k] = strdup(texts[i])))
+            k++;
+    if (!v)
+        return; /* out of memory: computed at the first request instead */
+    pthread_mutex_lock(&r->mu);
+    char **old = r->prep;
+    size_t nold = r->nprep;
+    r->prep = v; /* a newer load's list replaces one not taken yet */
+    r->nprep = k;
+    pthread_mutex_unlock(&r->mu);
+    for (size_t i = 0; i < nold; i++)
+        free(old[i]);
+    free(old);
+    kl_loop_wake(r->loop);
 }
 
 void kl_router_cancel(kl_router *r, const kl_route_handle *h)
@@ -748,6 +804,9 @@ void kl_router_get_stats(kl_router *r, kl_router_stats *out)
     out->reloads = LD(reloads);
     out->reload_errors = LD(reload_errors);
     out->generation = LD(generation);
+    out->sealed_routed = LD(sealed_routed);
+    out->sealed_no_remote = LD(sealed_no_remote);
+    out->sealed_policies = LD(sealed_policies);
 #undef LD
     out->fds = atomic_load(&r->fds);
     out->retired = atomic_load(&r->nretired);

@@ -44,6 +44,26 @@
 
 typedef struct kl_router kl_router;
 
+/* Sealed keys held elsewhere (docs/SEALING.md "keylessd and sealed
+ * keys"): a request for a sealed key this server cannot open is forwarded
+ * to a remote whose sealing attributes (table.h kl_rt_server) satisfy the
+ * key's policy. The policy language is src/seal's, which the router may
+ * not include (docs/DESIGN.md "The map"): keylessd hands its functions
+ * in. A remote's attribute, as eval sees it: */
+typedef struct kl_rt_attr {
+    const char *name;
+    const char *value;
+} kl_rt_attr;
+
+typedef struct kl_rt_policy_ops {
+    /* The policy for its canonical text (len bytes); NULL when it does
+     * not parse (no remote satisfies it) or memory ran out. */
+    void *(*parse)(const char *text, size_t len);
+    /* Whether a server with these attributes satisfies it. */
+    bool (*eval)(const void *policy, const kl_rt_attr *attrs, size_t n);
+    void (*free)(void *policy);
+} kl_rt_policy_ops;
+
 /* The router's options: keylessd's router_* options point at these
  * fields (router_<field name>; the percentages without _pct). Start from
  * kl_router_defaults and change what differs. Durations in nanoseconds
@@ -95,6 +115,9 @@ typedef struct kl_router_opts {
     /* spans for route choice and attempts (metrics/trace.h);
      * NULL: none. Must outlive the router. */
     struct kl_tracer *tracer;
+    /* sealing policies (above); NULL: a sealed key held elsewhere has no
+     * eligible remote (`key not found`). Must outlive the router. */
+    const kl_rt_policy_ops *policy_ops;
 } kl_router_opts;
 
 /* Every option's default, and keylessd's (its --help prints these). */
@@ -108,6 +131,11 @@ typedef struct kl_route_req {
     /* req's span context is the server's binary copy for a
      * traced request: each attempt rewrites it (metrics/trace.h) */
     bool traced;
+    /* A sealed key held elsewhere: its policy's canonical text (the key
+     * store's, NUL-terminated; copied). Used when the table does not
+     * route the SKI itself: the candidates are then the table's servers
+     * whose sealing attributes satisfy it. NULL: not a sealed key. */
+    const char *sealed_policy;
 } kl_route_req;
 
 /* Called exactly once per routed request, on the router thread: err is
@@ -148,6 +176,13 @@ KL_WUR kl_status kl_router_route(kl_router *r, const kl_route_req *req,
  * once (KL_E_INTERNAL), so the owner frees its state in one place. Call
  * only before done has run. */
 void kl_router_cancel(kl_router *r, const kl_route_handle *h);
+
+/* The sealing policies of the keys a key load holds elsewhere (distinct
+ * texts): the router thread computes their eligible remotes now, so that
+ * no request pays for it (docs/SEALING.md). Copies the texts; returns at
+ * once. */
+void kl_router_prepare_policies(kl_router *r, const char *const *texts,
+                                size_t n);
 
 /* Whether the current table has a server for this SKI (the server calls
  * this after a local key-store miss). */
@@ -190,10 +225,15 @@ typedef struct kl_remote_stats {
 typedef struct kl_router_stats {
     uint64_t routed, answered, no_route, not_found, hop_limit, expired,
         cancelled, retries, reloads, reload_errors;
-    unsigned fds;        /* descriptors used by upstream connections */
-    unsigned generation; /* tables installed so far */
-    unsigned retired;    /* replaced tables not freed yet (a reader may
-                            still hold them) */
+    /* sealed keys held elsewhere: routed by their policy, and answered
+     * `key not found` because no remote of the table satisfies it (also
+     * in not_found) */
+    uint64_t sealed_routed, sealed_no_remote;
+    unsigned sealed_policies; /* policies whose eligible remotes are kept */
+    unsigned fds;             /* descriptors used by upstream connections */
+    unsigned generation;      /* tables installed so far */
+    unsigned retired;         /* replaced tables not freed yet (a reader may
+                                 still hold them) */
 } kl_router_stats;
 
 void kl_router_get_stats(kl_router *r, kl_router_stats *out);

@@ -7,6 +7,8 @@
  * - select.c: ordering the candidates for a key (a pure function);
  * - forward.c: the request sent upstream (hops + 1, everything kept);
  * - control.c: the table: loading, the mtime poll, DNS refresh, install.
+ * - sealed.c: sealed keys held elsewhere: per sealing policy, the table's
+ *   servers whose attributes satisfy it.
  *
  * Threading: remotes, connections and requests' attempt state belong to
  * the router thread; mu guards what other threads touch (a request's
@@ -22,6 +24,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "core/hmap.h"
 #include "core/time.h"
 #include "keyless/client.h"
 #include "loop/loop.h"
@@ -103,6 +106,7 @@ struct kl_remote {
     char region[KL_RT_NAME_MAX + 1];
     int priority;
     bool in_table;
+    bool on_demand; /* kl_rt_server's: no connection until asked for */
     bool up;
     bool measured;
     double ewma_ns;
@@ -115,6 +119,18 @@ struct kl_remote {
     uint64_t lost;        /* attempts overtaken and given up (stall.c) */
     uint64_t idle_closed; /* extra connections closed for idleness */
 };
+
+/* A sealing policy and the current table's servers that satisfy it
+ * (sealed.c). Router thread only. */
+typedef struct kl_rt_pclass {
+    char *text;
+    size_t len;
+    uint64_t hash;
+    void *policy;      /* policy_ops->parse's; NULL: satisfied by none */
+    uint32_t *servers; /* indices into the table's servers */
+    size_t n;
+    unsigned gen; /* the table they were computed for (table_gen) */
+} kl_rt_pclass;
 
 struct kl_rreq {
     kl_router *r;
@@ -140,6 +156,7 @@ struct kl_rreq {
     kl_remote *tried[KL_RT_MAX_TRIED];
     kl_route_done_fn done;
     void *arg;
+    const char *policy;   /* a sealed key's policy text (in data), or NULL */
     kl_request_spec spec; /* points into data */
     kl_trace_attempt tra; /* router thread only */
     uint8_t data[];
@@ -162,7 +179,9 @@ static inline bool kl_rt_may_try(const kl_rreq *q, int max_attempts)
  * anyone. */
 typedef struct kl_rt_counters {
     _Atomic uint64_t routed, answered, no_route, not_found, hop_limit, expired,
-        cancelled, retries, reloads, reload_errors;
+        cancelled, retries, reloads, reload_errors, sealed_routed,
+        sealed_no_remote;
+    _Atomic unsigned sealed_policies;
     _Atomic unsigned generation;
 } kl_rt_counters;
 #define KL_RT_INC(r, f)                                                        \
@@ -197,6 +216,8 @@ struct kl_router {
     pthread_mutex_t inbox_mu;
     kl_rreq *inbox_head, *inbox_tail;
     kl_rt_table *pending; /* a new table for the router thread */
+    char **prep;          /* policies to prepare (kl_router_prepare_policies) */
+    size_t nprep;
     /* tables handed over / installed, so that kl_router_new and
      * kl_router_reload return once theirs is in effect (guarded by mu) */
     uint64_t handed_gen, installed_gen;
@@ -211,6 +232,10 @@ struct kl_router {
      * once the half the readers counted in before the flip is 0: a grace
      * period, waited for without spinning (kl_rt_retire_reap) */
     _Atomic(kl_rt_table *) published;
+    /* sealing policies asked for (sealed.c), router thread only; the
+     * install count they are computed against */
+    kl_hmap pclasses;
+    unsigned table_gen;
     atomic_uint epoch;
     atomic_uint readers[2];
     kl_rt_table *retired_wait, *retired_next;
@@ -294,6 +319,29 @@ size_t kl_rt_candidates(const kl_router *r, const kl_rt_table *t,
                         size_t ntried, kl_remote **out, size_t max);
 /* Orders remotes best first (exposed for the unit test). */
 void kl_rt_order(kl_remote **rms, size_t n, int tolerance_pct);
+
+/* The same for a sealed key: the eligible servers (indices into t's
+ * servers) that are remotes, satisfy the compliance byte and are not in
+ * tried[]. */
+size_t kl_rt_candidates_sealed(const kl_router *r, const kl_rt_table *t,
+                               const uint32_t *servers, size_t nservers,
+                               bool has_compliance, uint8_t compliance,
+                               kl_remote *const *tried, size_t ntried,
+                               kl_remote **out, size_t max);
+
+/* sealed.c: sealed keys held elsewhere (router.h kl_rt_policy_ops).
+ * The servers of t (indices, into out: room for t->nservers) that open
+ * sealed keys and whose attributes satisfy policy; returns how many. */
+size_t kl_rt_eligible(const kl_rt_table *t, const kl_rt_policy_ops *ops,
+                      const void *policy, uint32_t *out);
+/* The class of a policy text, computed for the current table; NULL when
+ * out of memory. Router thread. */
+kl_rt_pclass *kl_rt_pclass_get(kl_router *r, const char *text);
+/* A new table is current: every class is computed again. Router
+ * thread. */
+void kl_rt_pclass_refresh(kl_router *r);
+void kl_rt_pclass_init(kl_router *r);
+void kl_rt_pclass_free_all(kl_router *r);
 
 /* forward.c */
 size_t kl_rt_forward_size(const kl_request *req);

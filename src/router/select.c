@@ -93,3 +93,27 @@ size_t kl_rt_candidates(const kl_router *r, const kl_rt_table *t,
     memcpy(out, c.all, n * sizeof *out);
     return n;
 }
+
+size_t kl_rt_candidates_sealed(const kl_router *r, const kl_rt_table *t,
+                               const uint32_t *servers, size_t nservers,
+                               bool has_compliance, uint8_t compliance,
+                               kl_remote *const *tried, size_t ntried,
+                               kl_remote **out, size_t max)
+{
+    /* the policy is the key's only constraint besides the request's
+     * compliance region: judged already, so the key admits any region */
+    static const kl_rt_key any = {.any_region = true};
+    cand c = {.t = t,
+              .k = &any,
+              .has_compliance = has_compliance,
+              .compliance = compliance,
+              .tried = tried,
+              .ntried = ntried};
+    for (size_t i = 0; i < nservers && servers[i] < t->nservers; i++)
+        if (!add_candidate(&c, &t->servers[servers[i]]))
+            break;
+    kl_rt_order(c.all, c.n, r ? r->o.latency_tolerance_pct : 10);
+    size_t n = c.n > max ? max : c.n;
+    memcpy(out, c.all, n * sizeof *out);
+    return n;
+}

@@ -82,7 +82,19 @@ void kl_rt_table_free(kl_rt_table *t)
     }
     free(t->keys);
     free(t->servers);
+    free(t->sattrs);
     free(t);
+}
+
+kl_status kl_rt_table_add_sattr(kl_rt_table *t, const char *name,
+                                const char *value)
+{
+    KL_GUARD(grow((void **)&t->sattrs, &t->sattrs_cap, t->nsattrs,
+                  sizeof *t->sattrs));
+    kl_rt_sattr *a = &t->sattrs[t->nsattrs++];
+    snprintf(a->name, sizeof a->name, "%s", name);
+    snprintf(a->value, sizeof a->value, "%s", value);
+    return KL_OK;
 }
 
 kl_rt_set *kl_rt_build_find_set(kl_rt_build *b, const char *name)

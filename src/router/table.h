@@ -30,7 +30,26 @@ typedef struct kl_rt_server {
     char region[KL_RT_NAME_MAX + 1];
     int priority; /* lower is preferred when latencies tie; default 100 */
     void *remote; /* the router's runtime object (router thread only) */
+    /* Sealed keys (docs/SEALING.md "keylessd and sealed keys"): whether
+     * the server opens sealed keys at all, and its attributes, which the
+     * policy of a sealed key held elsewhere is judged by: the table's
+     * sattrs[attr_first .. attr_first + nattrs - 1]. */
+    bool sealing;
+    uint32_t attr_first, nattrs;
+    /* connected at its first forwarded request, not when installed, and
+     * probed only once it has a connection (a "keys" server's remotes for
+     * its sealed keys: docs/FLEET.md "Sealed keys") */
+    bool on_demand;
 } kl_rt_server;
+
+/* A sealing attribute of a server (name and value of the sealing policy
+ * grammar; a name may have several values). */
+#define KL_RT_ATTR_WORD 64
+#define KL_RT_MAX_ATTRS 64 /* per server, besides the region (table_yaml.c) */
+typedef struct kl_rt_sattr {
+    char name[KL_RT_ATTR_WORD + 1];
+    char value[KL_RT_ATTR_WORD + 1];
+} kl_rt_sattr;
 
 /* One SKI: who serves it and where it may be served from. */
 typedef struct kl_rt_key {
@@ -65,7 +84,9 @@ typedef struct kl_rt_table {
     uint32_t **set_servers;
     uint32_t *set_nservers;
     size_t nsets;
-    unsigned refs; /* idx only: tables sharing it (atomic); 0: unshared */
+    unsigned refs;       /* idx only: tables sharing it (atomic); 0: unshared */
+    kl_rt_sattr *sattrs; /* the servers' sealing attributes */
+    size_t nsattrs, sattrs_cap;
     char region_of[256][KL_RT_NAME_MAX + 1]; /* tag 0x17 byte -> name, "" */
     size_t ndns; /* how many servers came from dns: entries */
     struct kl_rt_table *retired_next; /* the router's retired lists */
@@ -106,6 +127,11 @@ bool kl_rt_allowed(const kl_rt_table *t, const kl_rt_key *k,
  * (a server may come twice when it serves two of them). */
 void kl_rt_each_server(const kl_rt_table *t, const kl_rt_key *k,
                        bool (*fn)(void *arg, const kl_rt_server *s), void *arg);
+/* Appends a sealing attribute to t->sattrs for the server being added
+ * (its attr_first is the count before its first one). KL_E_NOMEM. */
+KL_WUR kl_status kl_rt_table_add_sattr(kl_rt_table *t, const char *name,
+                                       const char *value);
+
 /* Keys the table routes (the key index's for a two-layer table). */
 size_t kl_rt_nkeys(const kl_rt_table *t);
 

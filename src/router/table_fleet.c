@@ -114,6 +114,31 @@ static bool eligible(const kl_fleet_server *s, const char *self)
     return s->role == KL_FLEET_ROLE_KEYS && !(self && !strcmp(self, s->name));
 }
 
+/* The next server of t from the record fs. */
+static kl_status fill_server(kl_rt_table *t, const kl_fleet_server *fs)
+{
+    kl_rt_server *s = &t->servers[t->nservers];
+    snprintf(s->name, sizeof s->name, "%s", fs->name);
+    snprintf(s->host, sizeof s->host, "%s", fs->host);
+    snprintf(s->region, sizeof s->region, "%s", fs->region);
+    s->port = fs->port;
+    /* sealed keys: a server that publishes a sealing key opens those
+     * whose policy its published attributes satisfy (docs/FLEET.md
+     * "The server record") */
+    s->sealing = fs->seal_kem != 0;
+    s->attr_first = (uint32_t)t->nsattrs;
+    for (size_t a = 0; s->sealing && a < fs->n_seal_attrs; a++)
+        KL_GUARD(kl_rt_table_add_sattr(t, fs->seal_attrs[a].name,
+                                       fs->seal_attrs[a].value));
+    s->nattrs = (uint32_t)(t->nsattrs - s->attr_first);
+    /* draining, then degraded, come last when latencies tie */
+    s->priority =
+        fs->priority + (fs->health == KL_FLEET_HEALTH_DRAINING   ? 2000000
+                        : fs->health == KL_FLEET_HEALTH_DEGRADED ? 1000000
+                                                                 : 0);
+    return KL_OK;
+}
+
 static kl_status build_members(kl_rt_table *t, const kl_fleet_view *v,
                                const char *self)
 {
@@ -126,16 +151,7 @@ static kl_status build_members(kl_rt_table *t, const kl_fleet_view *v,
         const kl_fleet_server *fs = &v->servers[i];
         if (!eligible(fs, self))
             continue;
-        kl_rt_server *s = &t->servers[t->nservers];
-        snprintf(s->name, sizeof s->name, "%s", fs->name);
-        snprintf(s->host, sizeof s->host, "%s", fs->host);
-        snprintf(s->region, sizeof s->region, "%s", fs->region);
-        s->port = fs->port;
-        /* draining, then degraded, come last when latencies tie */
-        s->priority =
-            fs->priority + (fs->health == KL_FLEET_HEALTH_DRAINING   ? 2000000
-                            : fs->health == KL_FLEET_HEALTH_DEGRADED ? 1000000
-                                                                     : 0);
+        KL_GUARD(fill_server(t, fs));
         for (size_t k = 0; k < fs->nsets; k++) {
             int si = find_set(v, fs->sets[k]);
             if (si < 0)
@@ -174,6 +190,37 @@ kl_status kl_rt_table_from_fleet(const kl_fleet_view *v, const char *self,
         kl_rt_table_free(t);
         kl_errf(err, errlen, "fleet directory: out of memory");
         return KL_E_NOMEM;
+    }
+    *out = t;
+    return KL_OK;
+}
+
+kl_status kl_rt_table_from_fleet_sealed(const kl_fleet_view *v,
+                                        const char *self, kl_rt_table **out,
+                                        char *err, size_t errlen)
+{
+    *out = NULL;
+    kl_rt_table *t = calloc(1, sizeof *t);
+    KL_ENSURE(t != NULL, KL_E_NOMEM);
+    snprintf(t->region_of[1], KL_RT_NAME_MAX + 1, "fedramp-high");
+    for (int b = 1; v->regions && b < 256; b++)
+        if (v->regions->name[b][0])
+            snprintf(t->region_of[b], KL_RT_NAME_MAX + 1, "%s",
+                     v->regions->name[b]);
+    t->servers = calloc(v->nservers ? v->nservers : 1, sizeof *t->servers);
+    kl_status st = t->servers ? KL_OK : KL_E_NOMEM;
+    for (size_t i = 0; i < v->nservers && st == KL_OK; i++) {
+        const kl_fleet_server *fs = &v->servers[i];
+        if (!eligible(fs, self) || !fs->seal_kem)
+            continue; /* opens no sealed key */
+        st = fill_server(t, fs);
+        if (st == KL_OK)
+            t->servers[t->nservers++].on_demand = true;
+    }
+    if (st != KL_OK) {
+        kl_rt_table_free(t);
+        kl_errf(err, errlen, "fleet directory: out of memory");
+        return st;
     }
     *out = t;
     return KL_OK;

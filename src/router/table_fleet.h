@@ -28,15 +28,25 @@ KL_WUR kl_status kl_rt_table_from_fleet(const kl_fleet_view *v,
                                         kl_rt_table **out, char *err,
                                         size_t errlen);
 
+/* The table of a "keys" server that routes only its sealed keys held
+ * elsewhere (docs/FLEET.md "Sealed keys"): every other "keys" server that
+ * publishes a sealing key, with its sealing attributes, connected on
+ * demand (kl_rt_server.on_demand); no key set. */
+KL_WUR kl_status kl_rt_table_from_fleet_sealed(const kl_fleet_view *v,
+                                               const char *self,
+                                               kl_rt_table **out, char *err,
+                                               size_t errlen);
+
 /* The directory feeding a router: a kl_fleet_dir whose views become
  * tables (kl_rt_table_from_fleet) installed by kl_router_install_table.
  * The router must have no table file. A view whose table cannot be built
- * (no memory) is logged and the last table stays. */
+ * (no memory) is logged and the last table stays. sealed_only: the
+ * directory's records only, tables by kl_rt_table_from_fleet_sealed. */
 typedef struct kl_rt_fleet_feed kl_rt_fleet_feed;
 struct kl_router;
 KL_WUR kl_status kl_rt_fleet_feed_start(struct kl_router *r,
                                         const kl_fleet_dir_opts *o,
-                                        const char *self,
+                                        const char *self, bool sealed_only,
                                         kl_rt_fleet_feed **out, char *err,
                                         size_t errlen);
 void kl_rt_fleet_feed_stop(kl_rt_fleet_feed *f);

@@ -11,6 +11,8 @@
  *        serves: [payments, <40 hex>]}
  *     - {name: pool, dns: keyless.eu.internal:2407, region: eu,
  *        serves: [payments]}
+ *     - {name: dub, address: 10.0.0.9:2407, region: eu-west, serves: [],
+ *        attributes: {country: ie, tier: [edge, core]}}  # sealed keys
  *
  * Every error names the file, the line of the offending node, what is
  * wrong and the fix. Unknown keys are errors, not warnings: a misspelt
@@ -23,6 +25,7 @@
 #include <yaml.h>
 
 #include "core/suggest.h"
+#include "fleet/record.h"
 #include "router/table_int.h"
 
 #define LINE(n) ((unsigned long)(n)->start_mark.line + 1)
@@ -379,6 +382,74 @@ static kl_status serve_item(kl_rt_build *b, yaml_node_t *it, const char *v,
                 a->name, v ? v : "(not a scalar)");
 }
 
+/* One attribute value (docs/ROUTING.md "Sealed keys"): the sealing
+ * policy grammar's names and values, so that a policy can name it. */
+static kl_status add_attr(kl_rt_build *b, yaml_node_t *v, const char *server,
+                          const char *name, const char *value, uint32_t first)
+{
+    if (!value || !kl_fleet_seal_value_ok(value, strlen(value)))
+        return fail(b, v,
+                    "servers: %s: attribute %s: \"%s\" is not a value a "
+                    "sealing policy can name; use lower-case letters, digits, "
+                    "'-', '_', '.' and ':' (at most 64)",
+                    server, name, value ? value : "(not a scalar)");
+    if (b->t->nsattrs - first >= KL_RT_MAX_ATTRS)
+        return fail(b, v, "servers: %s: more than %d attribute values", server,
+                    KL_RT_MAX_ATTRS);
+    for (size_t i = first; i < b->t->nsattrs; i++)
+        if (!strcmp(b->t->sattrs[i].name, name) &&
+            !strcmp(b->t->sattrs[i].value, value))
+            return fail(b, v, "servers: %s: attribute %s=%s given twice",
+                        server, name, value);
+    return kl_rt_table_add_sattr(b->t, name, value);
+}
+
+/* attributes: {name: value or [values]} into the table's attribute pool;
+ * s->attr_first and s->nattrs name them. The server's region counts as
+ * its `region` attribute unless the map names one. */
+static kl_status parse_attrs(kl_rt_build *b, yaml_node_t *m, kl_rt_server *s)
+{
+    uint32_t first = (uint32_t)b->t->nsattrs;
+    bool has_region = false;
+    if (m && m->type != YAML_MAPPING_NODE)
+        return fail(b, m,
+                    "servers: %s: attributes must be a map like {country: ie, "
+                    "tier: [edge, core]}",
+                    s->name);
+    if (m)
+        FOR_PAIRS(p, m)
+        {
+            yaml_node_t *k = node(b, p->key), *v = node(b, p->value);
+            const char *name = scalar(k);
+            if (!name || !kl_fleet_seal_name_ok(name, strlen(name)))
+                return fail(b, k,
+                            "servers: %s: attribute name \"%s\" is not one a "
+                            "sealing policy can name; use a lower-case letter "
+                            "then letters, digits, '-' and '_' (at most 64)",
+                            s->name, name ? name : "(not a scalar)");
+            has_region |= !strcmp(name, "region");
+            if (v->type == YAML_SEQUENCE_NODE) {
+                if (v->data.sequence.items.start == v->data.sequence.items.top)
+                    return fail(b, v,
+                                "servers: %s: attribute %s: an empty "
+                                "list; give at least one value",
+                                s->name, name);
+                FOR_ITEMS(i, v)
+                {
+                    yaml_node_t *it = node(b, *i);
+                    KL_GUARD(add_attr(b, it, s->name, name, scalar(it), first));
+                }
+            } else {
+                KL_GUARD(add_attr(b, v, s->name, name, scalar(v), first));
+            }
+        }
+    if (!has_region && kl_fleet_seal_value_ok(s->region, strlen(s->region)))
+        KL_GUARD(kl_rt_table_add_sattr(b->t, "region", s->region));
+    s->attr_first = first;
+    s->nattrs = (uint32_t)(b->t->nsattrs - first);
+    return KL_OK;
+}
+
 static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
 {
     if (e->type != YAML_MAPPING_NODE)
@@ -388,8 +459,9 @@ static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
     kl_rt_server s;
     memset(&s, 0, sizeof s);
     s.priority = 100;
+    s.sealing = true; /* a key server of the table may hold sealed keys */
     const char *addr = NULL, *dns = NULL;
-    yaml_node_t *serves = NULL, *addr_node = NULL;
+    yaml_node_t *serves = NULL, *addr_node = NULL, *attrs = NULL;
     FOR_PAIRS(p, e)
     {
         yaml_node_t *k = node(b, p->key), *v = node(b, p->value);
@@ -399,16 +471,21 @@ static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
         /* an unknown field is named as such before its value is looked at
          * (a misspelt `serves:` holds a list) */
         static const char *const server_fields[] = {
-            "name", "address", "dns", "region", "priority", "serves", NULL};
+            "name",     "address", "dns",        "region",
+            "priority", "serves",  "attributes", NULL};
         bool known = false;
         for (size_t i = 0; server_fields[i]; i++)
             known |= !strcmp(f, server_fields[i]);
         if (!known)
             return unknown(b, k, "servers: ", "field", f, server_fields,
                            "a server has name, address or dns, region, "
-                           "priority and serves");
+                           "priority, serves and attributes");
         if (!strcmp(f, "serves")) {
             serves = v;
+            continue;
+        }
+        if (!strcmp(f, "attributes")) {
+            attrs = v;
             continue;
         }
         if (!vs)
@@ -463,6 +540,7 @@ static kl_status parse_server(kl_rt_build *b, yaml_node_t *e)
                     "servers: %s: serves must be a list of SKIs (40 hex "
                     "digits) and key-set names",
                     s.name);
+    KL_GUARD(parse_attrs(b, attrs, &s)); /* dns: expansions share them */
     size_t first = b->t->nservers, count = 1;
     if (dns) {
         KL_GUARD(kl_rt_build_add_dns(b, &s, &count));

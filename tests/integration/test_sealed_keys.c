@@ -3,8 +3,10 @@
  * keys"), with files made by the real keyless-seal: two servers' sealing
  * keys in two regions; an ECDSA key sealed to eu-west is opened at start
  * and signs (keyless-cli verifies with the original public key); an RSA
- * key sealed to us-east is held elsewhere - logged, not an error, and
- * answered `key not found` (routing it is a later step); a tampered file
+ * key sealed to us-east is held elsewhere - logged, not an error, and,
+ * with no router to forward it (test_sealed_routing.c has one), answered
+ * `key not found` and counted in keylessd_sealed_keys_unroutable_total; a
+ * tampered file
  * stops --check and is refused at a reload with a message naming it and
  * counted in keylessd_sealed_keys_refused_total, while the other keys
  * stay; a sealing key that cannot be opened at a reload keeps every key
@@ -221,6 +223,7 @@ static void test_opened_and_elsewhere(void **state)
     (void)state;
     expect_signs(pub_ec, "ECDSA-P-256 signature");
     expect_not_found(pub_rsa);
+    assert_int_equal(metric("keylessd_sealed_keys_unroutable_total"), 1);
     assert_true(log_has("rsa.sealed: sealed key "));
     assert_true(log_has("held elsewhere (not wrapped to this server; "
                         "policy: region=us-east)"));

@@ -10,7 +10,9 @@
 
 #include <openssl/evp.h>
 
+#include "fleet/etcd.h"
 #include "fleet/record.h"
+#include "seal/policy.h"
 #include "testutil.h"
 
 static void expect(const char *text, const char *want)
@@ -176,6 +178,255 @@ static void test_server_bad(void **state)
                                            &r, err, sizeof err),
                      KL_E_BAD_VALUE);
     expect(err, "\"attrs\"");
+}
+
+/* The sealing key and attributes (docs/FLEET.md "The server record"):
+ * written and read back, X25519 and P-256, several values of one name;
+ * a record without them (every older one) still reads, with none. */
+static void test_server_sealing(void **state)
+{
+    (void)state;
+    kl_fleet_server s, r, c;
+    char err[256] = "";
+    uint8_t x[32], p[65];
+    for (int i = 0; i < 32; i++)
+        x[i] = (uint8_t)(i * 7 + 1);
+    memset(p, 0x11, sizeof p);
+    p[0] = 0x04;
+    for (int kem = 0; kem < 2; kem++) {
+        sample(&s);
+        if (kem == 0)
+            assert_int_equal(kl_fleet_server_set_sealing(&s,
+                                                         KL_FLEET_KEM_X25519, x,
+                                                         32, err, sizeof err),
+                             KL_OK);
+        else
+            assert_int_equal(kl_fleet_server_set_sealing(
+                                 &s, KL_FLEET_KEM_P256, p, 65, err, sizeof err),
+                             KL_OK);
+        assert_int_equal(kl_fleet_server_add_seal_attr(&s, "region", "us-west",
+                                                       err, sizeof err),
+                         KL_OK);
+        assert_int_equal(
+            kl_fleet_server_add_seal_attr(&s, "tier", "edge", err, sizeof err),
+            KL_OK);
+        assert_int_equal(
+            kl_fleet_server_add_seal_attr(&s, "tier", "core", err, sizeof err),
+            KL_OK);
+        assert_int_equal(kl_fleet_server_check(&s, err, sizeof err), KL_OK);
+        char *json;
+        size_t len;
+        assert_int_equal(kl_fleet_server_encode(&s, &json, &len), KL_OK);
+        expect(json, kem ? "\"kem\":\"p256\"" : "\"kem\":\"x25519\"");
+        expect(json, "\"tier\":[\"edge\",\"core\"]");
+        expect(json, "\"region\":\"us-west\"");
+        assert_int_equal(kl_fleet_server_parse((const uint8_t *)json, len, &r,
+                                               err, sizeof err),
+                         KL_OK);
+        assert_int_equal(r.seal_kem, s.seal_kem);
+        assert_int_equal(r.seal_pk_len, kem ? 65 : 32);
+        assert_memory_equal(r.seal_pk, kem ? p : x, r.seal_pk_len);
+        assert_int_equal(r.n_seal_attrs, 3);
+        /* the order within the object is JSON's (sorted); a name's values
+         * keep theirs */
+        assert_string_equal(r.seal_attrs[0].name, "region");
+        assert_string_equal(r.seal_attrs[1].value, "edge");
+        assert_string_equal(r.seal_attrs[2].value, "core");
+        memset(&c, 0, sizeof c);
+        assert_int_equal(kl_fleet_server_copy(&c, &r), KL_OK);
+        assert_ptr_not_equal(c.seal_attrs, r.seal_attrs);
+        assert_int_equal(c.n_seal_attrs, 3);
+        assert_int_equal(c.nsets, 2);
+        assert_string_equal(c.seal_attrs[2].value, "core");
+        kl_fleet_server_clear(&c);
+        free(json);
+        kl_fleet_server_clear(&r);
+        kl_fleet_server_clear(&s);
+    }
+    /* an old record: no "sealing" */
+    static const char old[] = REC("");
+    assert_int_equal(kl_fleet_server_parse((const uint8_t *)old, strlen(old),
+                                           &r, err, sizeof err),
+                     KL_OK);
+    assert_int_equal(r.seal_kem, 0);
+    assert_int_equal(r.n_seal_attrs, 0);
+    char *json;
+    size_t len;
+    assert_int_equal(kl_fleet_server_encode(&r, &json, &len), KL_OK);
+    assert_null(strstr(json, "sealing")); /* nothing written either */
+    free(json);
+    kl_fleet_server_clear(&r);
+    /* a key alone, no attributes; unknown members ignored */
+    char *b64 = kl_etcd_b64(x, 32);
+    char rec[512];
+    snprintf(rec, sizeof rec,
+             REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"%s\","
+                 "\"later\":1}"),
+             b64);
+    free(b64);
+    assert_int_equal(kl_fleet_server_parse((const uint8_t *)rec, strlen(rec),
+                                           &r, err, sizeof err),
+                     KL_OK);
+    assert_int_equal(r.seal_kem, KL_FLEET_KEM_X25519);
+    assert_int_equal(r.n_seal_attrs, 0);
+    kl_fleet_server_clear(&r);
+    /* the setters refuse what the record could not carry */
+    sample(&s);
+    assert_int_equal(kl_fleet_server_set_sealing(&s, KL_FLEET_KEM_X25519, x, 31,
+                                                 err, sizeof err),
+                     KL_E_BAD_VALUE);
+    expect(err, "X25519 (32 bytes)");
+    p[0] = 0x02;
+    assert_int_equal(kl_fleet_server_set_sealing(&s, KL_FLEET_KEM_P256, p, 65,
+                                                 err, sizeof err),
+                     KL_E_BAD_VALUE);
+    assert_int_equal(
+        kl_fleet_server_set_sealing(&s, 0x0012, x, 32, err, sizeof err),
+        KL_E_BAD_VALUE);
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "Region", "eu", err, sizeof err),
+        KL_E_BAD_VALUE);
+    expect(err, "Region=eu");
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "region", "EU", err, sizeof err),
+        KL_E_BAD_VALUE);
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "and", "x", err, sizeof err),
+        KL_E_BAD_VALUE);
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "tier", "edge", err, sizeof err),
+        KL_OK);
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "tier", "edge", err, sizeof err),
+        KL_E_BAD_VALUE);
+    expect(err, "twice");
+    /* attributes without a key: check refuses the record */
+    assert_int_equal(kl_fleet_server_check(&s, err, sizeof err),
+                     KL_E_BAD_VALUE);
+    expect(err, "\"sealing\"");
+    for (int i = 1; i < KL_FLEET_SEAL_ATTRS; i++) {
+        char v[16];
+        snprintf(v, sizeof v, "v%d", i);
+        assert_int_equal(
+            kl_fleet_server_add_seal_attr(&s, "n", v, err, sizeof err), KL_OK);
+    }
+    assert_int_equal(
+        kl_fleet_server_add_seal_attr(&s, "n", "last", err, sizeof err),
+        KL_E_BAD_VALUE);
+    expect(err, "more than 64");
+    kl_fleet_server_clear(&s);
+}
+
+/* A "sealing" member that is wrong in any way refuses the record, with
+ * the field named, nothing kept. */
+static void test_server_sealing_bad(void **state)
+{
+    (void)state;
+    uint8_t x[32] = {1}, p[65] = {4}, p2[65] = {2};
+    char *kx = kl_etcd_b64(x, 32), *kp = kl_etcd_b64(p, 65),
+         *kp2 = kl_etcd_b64(p2, 65), *k31 = kl_etcd_b64(x, 31);
+    char bad[][400] = {
+        REC(",\"sealing\":1"),
+        REC(",\"sealing\":[]"),
+        REC(",\"sealing\":{}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\"}"),
+        REC(",\"sealing\":{\"key\":\"KX\"}"),
+        REC(",\"sealing\":{\"kem\":\"x448\",\"key\":\"KX\"}"),
+        REC(",\"sealing\":{\"kem\":32,\"key\":\"KX\"}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"K31\"}"),
+        REC(",\"sealing\":{\"kem\":\"p256\",\"key\":\"KX\"}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KP\"}"),
+        REC(",\"sealing\":{\"kem\":\"p256\",\"key\":\"KP2\"}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"not base64!\"}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KX\","
+            "\"attrs\":[]}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KX\","
+            "\"attrs\":{\"region\":1}}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KX\","
+            "\"attrs\":{\"region\":[]}}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KX\","
+            "\"attrs\":{\"region\":[\"eu\",\"eu\"]}}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KX\","
+            "\"attrs\":{\"region\":[\"eu\",[\"x\"]]}}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KX\","
+            "\"attrs\":{\"Region\":\"eu\"}}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KX\","
+            "\"attrs\":{\"region\":\"EU\"}}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KX\","
+            "\"attrs\":{\"region\":\"\"}}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KX\","
+            "\"attrs\":{\"in\":\"eu\"}}"),
+        REC(",\"sealing\":{\"kem\":\"x25519\",\"key\":\"KX\","
+            "\"attrs\":{\"region\":\"or\"}}"),
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        /* put the keys in */
+        char json[600];
+        const char *src = bad[i];
+        size_t o = 0;
+        while (*src && o < sizeof json - 100) {
+            if (!strncmp(src, "\"KX\"", 4)) {
+                o += (size_t)snprintf(json + o, sizeof json - o, "\"%s\"", kx);
+                src += 4;
+            } else if (!strncmp(src, "\"KP\"", 4)) {
+                o += (size_t)snprintf(json + o, sizeof json - o, "\"%s\"", kp);
+                src += 4;
+            } else if (!strncmp(src, "\"KP2\"", 5)) {
+                o += (size_t)snprintf(json + o, sizeof json - o, "\"%s\"", kp2);
+                src += 5;
+            } else if (!strncmp(src, "\"K31\"", 5)) {
+                o += (size_t)snprintf(json + o, sizeof json - o, "\"%s\"", k31);
+                src += 5;
+            } else {
+                json[o++] = *src++;
+            }
+        }
+        json[o] = 0;
+        kl_fleet_server r;
+        char err[512] = "";
+        kl_status st = kl_fleet_server_parse((const uint8_t *)json,
+                                             strlen(json), &r, err, sizeof err);
+        if (st != KL_E_BAD_VALUE)
+            fail_msg("%zu: status %d for %s", i, st, json);
+        expect(err, "\"sealing\"");
+        expect(err, "x25519 or p256");
+        assert_null(r.seal_attrs);
+        assert_int_equal(r.n_seal_attrs, 0);
+        assert_int_equal(r.seal_kem, 0);
+        assert_null(r.sets);
+    }
+    free(kx);
+    free(kp);
+    free(kp2);
+    free(k31);
+}
+
+/* The record's attribute rules are the policy grammar's (src/fleet may
+ * not include src/seal, so it has its own copy): the same verdict on
+ * every string of a random walk over the interesting bytes. */
+static void test_seal_grammar(void **state)
+{
+    (void)state;
+    static const char alpha[] = "abz09AZ-_.:/ \x01\xff";
+    static const char *const words[] = {"and", "or", "not", "in", "AND",
+                                        "a",   "x",  "in1", "",   "-a"};
+    srand(7);
+    for (int round = 0; round < 200000; round++) {
+        char s[80];
+        size_t n;
+        if (round < (int)(sizeof words / sizeof words[0])) {
+            n = strlen(words[round]);
+            memcpy(s, words[round], n);
+        } else {
+            n = (size_t)(rand() % (round % 100 == 0 ? 70 : 6));
+            for (size_t i = 0; i < n; i++)
+                s[i] = alpha[rand() % (int)(sizeof alpha - 1)];
+        }
+        s[n] = 0;
+        if (kl_fleet_seal_name_ok(s, n) != kl_policy_name_ok(s, n) ||
+            kl_fleet_seal_value_ok(s, n) != kl_policy_value_ok(s, n))
+            fail_msg("fleet and seal disagree on \"%s\"", s);
+    }
 }
 
 static void test_server_check(void **state)
@@ -429,6 +680,9 @@ int main(void)
         cmocka_unit_test(test_server_roundtrip),
         cmocka_unit_test(test_server_bad),
         cmocka_unit_test(test_server_check),
+        cmocka_unit_test(test_server_sealing),
+        cmocka_unit_test(test_server_sealing_bad),
+        cmocka_unit_test(test_seal_grammar),
         cmocka_unit_test(test_set_meta),
         cmocka_unit_test(test_set_meta_bad),
         cmocka_unit_test(test_keys),

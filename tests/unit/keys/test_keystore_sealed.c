@@ -136,6 +136,56 @@ static void test_open_and_elsewhere(void **state)
     tk_rmrf(dir);
 }
 
+/* Many keys held elsewhere: each found by SKI with its own policy (the
+ * map a request's miss asks, one probe), a second file for one key makes
+ * one record, an SKI not held anywhere is NULL, and the records enumerate
+ * in load order (kl_keystore_elsewhere_policy, what the router prepares). */
+static void test_many_elsewhere(void **state)
+{
+    (void)state;
+    char *dir = tk_tmpdir();
+    node other;
+    make_node(&other, KL_HPKE_KEM_X25519);
+    enum { N = 300 };
+    static uint8_t skis[N][KL_SKI_LEN];
+    char name[32], policy[32];
+    EVP_PKEY *first = NULL;
+    for (int i = 0; i < N; i++) {
+        EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+        assert_int_equal(kl_ski_from_pkey(k, skis[i]), KL_OK);
+        snprintf(name, sizeof name, "k%03d.sealed", i);
+        snprintf(policy, sizeof policy, "region=r%d", i % 7);
+        seal_file(dir, name, k, policy, &other, 1, NULL);
+        if (i == 0)
+            first = k;
+        else
+            EVP_PKEY_free(k);
+    }
+    seal_file(dir, "zz-again.sealed", first, "region=r0", &other, 1, NULL);
+    EVP_PKEY_free(first);
+    tk_reports r;
+    kl_keystore *ks = store(&r, NULL, NULL, 0);
+    assert_int_equal(kl_keystore_add_dir(ks, dir), KL_OK);
+    assert_int_equal(kl_keystore_held_elsewhere_count(ks), N);
+    for (int i = 0; i < N; i++) {
+        snprintf(policy, sizeof policy, "region=r%d", i % 7);
+        const char *p = kl_keystore_held_elsewhere(ks, skis[i]);
+        assert_non_null(p);
+        assert_string_equal(p, policy);
+        assert_string_equal(kl_keystore_elsewhere_policy(ks, (size_t)i),
+                            policy); /* k000..k299 load in name order */
+    }
+    uint8_t none[KL_SKI_LEN];
+    memcpy(none, skis[0], sizeof none);
+    none[KL_SKI_LEN - 1] ^= 1;
+    assert_null(kl_keystore_held_elsewhere(ks, none));
+    assert_null(kl_keystore_elsewhere_policy(ks, N));
+    assert_null(kl_keystore_held_elsewhere(NULL, skis[0]));
+    kl_keystore_free(ks);
+    EVP_PKEY_free(other.sk);
+    tk_rmrf(dir);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -196,6 +246,7 @@ int main(void)
     (void)tk_vector_pkey; /* keytest.h's, for the other key tests */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_and_elsewhere),
+        cmocka_unit_test(test_many_elsewhere),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

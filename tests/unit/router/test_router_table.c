@@ -279,7 +279,8 @@ static void test_unknown_names(void **state)
               "]}\n",
               2,
               "servers: unknown field \"serve\"; did you mean \"serves\"? a "
-              "server has name, address or dns, region, priority and serves");
+              "server has name, address or dns, region, priority, serves and "
+              "attributes");
     parse_bad("servers:\n  - name: x\n    address: a\n    region: eu\n"
               "    serve:\n      - " SKI_A "\n",
               5, "unknown field \"serve\"; did you mean \"serves\"?");
