@@ -32,6 +32,7 @@ typedef struct opts {
     const char *cmd, *out, *kem, *policy, *fleet, *key, *file;
     /* the fleet directory instead of a fleet file (seal_etcd.h) */
     const char *etcd, *etcd_ca, *etcd_cert, *etcd_key, *prefix;
+    const char *etcd_user, *etcd_password_file;
     const char *escrow[16];
     size_t n_escrow;
     bool json;
@@ -58,7 +59,9 @@ static void usage(FILE *f)
         "        the same, with the servers of the fleet directory (etcd)\n"
         "        that publish a sealing key, with the attributes they publish\n"
         "        (servers registered now: their records live on leases);\n"
-        "        --etcd-ca, --etcd-cert, --etcd-key for mutual TLS, --prefix\n"
+        "        --etcd-ca, --etcd-cert, --etcd-key for mutual TLS,\n"
+        "        --etcd-user and --etcd-password-file for etcd's password\n"
+        "        auth (a read-only user is enough), --prefix\n"
         "        the directory's (default /keyless/)\n"
         "  inspect [--json] FILE\n"
         "        policy, SKI, key type and recipients, opening nothing\n"
@@ -250,8 +253,9 @@ static int load_fleet(const opts *o, kl_fleetfile **f)
 {
     char err[512] = "";
     if (o->etcd) {
-        seal_etcd_opts eo = {o->etcd, o->etcd_ca, o->etcd_cert, o->etcd_key,
-                             o->prefix};
+        seal_etcd_opts eo = {
+            o->etcd,   o->etcd_ca,   o->etcd_cert,         o->etcd_key,
+            o->prefix, o->etcd_user, o->etcd_password_file};
         int rc = seal_fleet_from_etcd(&eo, f, err, sizeof err);
         if (rc != 0)
             fprintf(stderr, "keyless-seal: %s\n", err);
@@ -615,6 +619,8 @@ static int parse_args(int argc, char **argv, opts *o)
         {"etcd-ca", required_argument, NULL, 'A'},
         {"etcd-cert", required_argument, NULL, 'C'},
         {"etcd-key", required_argument, NULL, 'Y'},
+        {"etcd-user", required_argument, NULL, 'U'},
+        {"etcd-password-file", required_argument, NULL, 'W'},
         {"prefix", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
@@ -637,6 +643,8 @@ static int parse_args(int argc, char **argv, opts *o)
         case 'A': o->etcd_ca = optarg; break;
         case 'C': o->etcd_cert = optarg; break;
         case 'Y': o->etcd_key = optarg; break;
+        case 'U': o->etcd_user = optarg; break;
+        case 'W': o->etcd_password_file = optarg; break;
         case 'P': o->prefix = optarg; break;
         case 'e':
             if (o->n_escrow == 16) {

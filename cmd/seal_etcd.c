@@ -118,7 +118,9 @@ int seal_fleet_from_etcd(const seal_etcd_opts *o, kl_fleetfile **out, char *err,
                        .n_endpoints = n,
                        .ca_file = o->ca,
                        .cert_file = o->cert,
-                       .key_file = o->key};
+                       .key_file = o->key,
+                       .user = o->user,
+                       .password_file = o->password_file};
     kl_etcd *c = NULL;
     char why[512] = "";
     if (!n || kl_etcd_new(&eo, &c, why, sizeof why) != KL_OK) {

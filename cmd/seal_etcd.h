@@ -12,7 +12,8 @@
 typedef struct seal_etcd_opts {
     const char *urls; /* comma-separated etcd client URLs */
     const char *ca, *cert, *key;
-    const char *prefix; /* NULL: /keyless/ */
+    const char *prefix;               /* NULL: /keyless/ */
+    const char *user, *password_file; /* etcd password auth (NULL: none) */
 } seal_etcd_opts;
 
 /* Reads <prefix>dir/servers/ at one revision (paged) into a fleet file

@@ -96,7 +96,7 @@ static inline kl_router *fc_router(const te_cluster *c, kl_rt_fleet_feed **f)
         .prefix = FC_PREFIX,
         .sync_check_ms = 500};
     char err[512] = "";
-    ec_ok(kl_rt_fleet_feed_start(r, &d, NULL, f, err, sizeof err), err);
+    ec_ok(kl_rt_fleet_feed_start(r, &d, NULL, false, f, err, sizeof err), err);
     return r;
 }
 

@@ -6,8 +6,8 @@
  * best - the next of the four, which dies moments later - and without
  * care spends every attempt of max_attempts on the dying four. An attempt
  * whose connection is lost sooner than its remote has ever answered is
- * not counted (docs/ROUTING.md "How it works", Moving on), so every request reaches the
- * fifth remote: not one fails. */
+ * not counted (docs/ROUTING.md "How it works", Moving on), so every request
+ * reaches the fifth remote: not one fails. */
 #include "../tools/rtharness.h"
 #include "net.h"
 
