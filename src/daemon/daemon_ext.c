@@ -237,17 +237,33 @@ bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
     return start_fleet(x, cfg, NULL);
 }
 
+/* Every remote's figures (a fleet's table may hold thousands), in *got;
+ * NULL with *got 0 when there are none or memory runs out. Free with
+ * free(). Thread-safe. */
+static kl_remote_stats *all_remotes(kl_daemon_ext *x, size_t *got)
+{
+    *got = 0;
+    size_t cap = kl_router_remote_stats(x->router, NULL, 0) + 16;
+    kl_remote_stats *st = malloc(cap * sizeof *st);
+    if (!st)
+        return NULL;
+    size_t n = kl_router_remote_stats(x->router, st, cap);
+    *got = n < cap ? n : cap; /* remotes added meanwhile: left out */
+    return st;
+}
+
 /* How many of the routing table's remotes answer their pings (n: how many
  * it has); thread-safe. */
-static size_t remotes_up(kl_daemon_ext *x, kl_remote_stats *st, size_t cap,
-                         size_t *n)
+static size_t remotes_up(kl_daemon_ext *x, size_t *n)
 {
-    size_t got = kl_router_remote_stats(x->router, st, cap), up = 0;
+    size_t got, up = 0;
+    kl_remote_stats *st = all_remotes(x, &got);
     *n = 0;
-    for (size_t i = 0; i < got && i < cap; i++) {
+    for (size_t i = 0; i < got; i++) {
         *n += st[i].in_table;
         up += st[i].up && st[i].in_table;
     }
+    free(st);
     return up;
 }
 
@@ -275,8 +291,7 @@ static bool ready(void *arg, char *reason, size_t len)
         snprintf(reason, len, "keys not loaded");
         return false;
     }
-    kl_remote_stats st[64];
-    size_t n, up = remotes_up(x, st, 64, &n);
+    size_t n, up = remotes_up(x, &n);
     if (n > 0 && up == 0) {
         snprintf(reason, len,
                  "no key loaded and no healthy route: none of the %zu "
@@ -295,15 +310,15 @@ static bool ready(void *arg, char *reason, size_t len)
 static bool remotes(void *arg, char *out, size_t len)
 {
     kl_daemon_ext *x = arg;
-    kl_remote_stats st[64];
-    size_t got = kl_router_remote_stats(x->router, st, 64), n = 0, up = 0;
-    for (size_t i = 0; i < got && i < 64; i++) {
+    size_t got, n = 0, up = 0;
+    kl_remote_stats *st = all_remotes(x, &got);
+    for (size_t i = 0; i < got; i++) {
         n += st[i].in_table;
         up += st[i].up && st[i].in_table;
     }
     int w = snprintf(out, len, "%zu of %zu remote key servers up\n", up, n);
     size_t at = w > 0 && (size_t)w < len ? (size_t)w : len;
-    for (size_t i = 0; i < got && i < 64 && at < len; i++) {
+    for (size_t i = 0; i < got && at < len; i++) {
         if (!st[i].in_table)
             continue;
         char lat[32] = "-";
@@ -313,6 +328,7 @@ static bool remotes(void *arg, char *out, size_t len)
                      st[i].region, st[i].up ? "up" : "down", lat);
         at = w > 0 && (size_t)w < len - at ? at + (size_t)w : len;
     }
+    free(st);
     return up > 0;
 }
 
@@ -346,11 +362,11 @@ static void on_scrape(kl_metrics *m, void *arg)
     kl_dfleet_scrape(x->fleet, m);
     /* per upstream route, and the trace exporter */
     if (x->router) {
-        kl_remote_stats st[64];
-        kl_metrics_route mr[64];
-        size_t n = kl_router_remote_stats(x->router, st, 64);
-        if (n > 64)
-            n = 64;
+        size_t n;
+        kl_remote_stats *st = all_remotes(x, &n);
+        kl_metrics_route *mr = n ? calloc(n, sizeof *mr) : NULL;
+        if (!mr)
+            n = 0; /* out of memory: no route series this scrape */
         for (size_t i = 0; i < n; i++) {
             memset(&mr[i], 0, sizeof mr[i]);
             _Static_assert(sizeof mr[i].name == sizeof st[i].name &&
@@ -366,6 +382,8 @@ static void on_scrape(kl_metrics *m, void *arg)
             mr[i].errors = st[i].failed;
         }
         kl_metrics_set_routes(m, mr, n);
+        free(mr);
+        free(st);
     }
     if (x->tracer) {
         kl_tracer_stats ts;

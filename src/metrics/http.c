@@ -157,25 +157,26 @@ static void text(hx_conn *c, unsigned status, const char *s, bool head_only)
 
 /* /ready and /remotes: 200 with ok_body, or 503 with the callback's
  * reason on a line. */
+#define CHECK_BODY_MAX (128 * 1024) /* /remotes: a line per remote */
+
 static void check(hx_conn *c, kl_metrics_ready_fn fn, void *arg,
                   const char *ok_body, bool head_only)
 {
-    char reason[4096] = "";
-    bool ok = !fn || fn(arg, reason, sizeof reason - 1);
+    char *reason = calloc(1, CHECK_BODY_MAX);
+    if (!reason)
+        return;
+    bool ok = !fn || fn(arg, reason, CHECK_BODY_MAX - 1);
     if (!ok && !reason[0])
-        snprintf(reason, sizeof reason, "not ready");
+        snprintf(reason, CHECK_BODY_MAX, "not ready");
     if (ok && !reason[0]) {
+        free(reason);
         text(c, 200, ok_body, head_only);
         return;
     }
-    size_t n = strnlen(reason, sizeof reason - 2);
+    size_t n = strnlen(reason, CHECK_BODY_MAX - 2);
     if (n && reason[n - 1] != '\n')
         reason[n++] = '\n';
-    char *body = malloc(n + 1);
-    if (!body)
-        return;
-    memcpy(body, reason, n);
-    answer(c, ok ? 200 : 503, TEXT_TYPE, body, n, true, head_only);
+    answer(c, ok ? 200 : 503, TEXT_TYPE, reason, n, true, head_only);
 }
 
 /* The request line of a complete head: method, path (the target up to its

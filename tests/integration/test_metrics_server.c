@@ -352,18 +352,27 @@ static void test_health_and_ready(void **state)
 
 /* A keylessd whose routing table's only remote is a closed port, with
  * its own keys (dir) or none (NULL); the table's directory in *tdir. */
-static void start_routing(td_daemon *d, const char *name, const char *dir,
-                          uint16_t *mp, char **tdir)
+static void start_routing_n(td_daemon *d, const char *name, const char *dir,
+                            uint16_t *mp, char **tdir, unsigned more)
 {
     *tdir = tp_tempdir("metrics-route");
-    char table[1100], text[512];
+    char table[1100];
+    static char text[128 * 1024];
     snprintf(table, sizeof table, "%s/routes.yaml", *tdir);
     uint8_t far[20];
     memset(far, 0x31, sizeof far);
-    snprintf(text, sizeof text,
-             "servers:\n  - {name: gone, address: \"127.0.0.1:%u\", region: "
-             "eu, serves: [%s]}\n",
-             tn_free_port(), tp_ski_hex(far));
+    unsigned port = tn_free_port();
+    size_t at = (size_t)snprintf(
+        text, sizeof text,
+        "servers:\n  - {name: gone, address: \"127.0.0.1:%u\", region: "
+        "eu, serves: [%s]}\n",
+        port, tp_ski_hex(far));
+    /* more remotes at the same closed port (a fleet-sized table) */
+    for (unsigned i = 0; i < more && at < sizeof text; i++)
+        at += (size_t)snprintf(text + at, sizeof text - at,
+                               "  - {name: r%03u, address: \"127.0.0.1:%u\", "
+                               "region: eu, serves: [%s]}\n",
+                               i, port, tp_ski_hex(far));
     fp_write_file(table, text);
     static char a_table[1200], a_port[64], a_cert[1200], a_key[1200];
     snprintf(a_table, sizeof a_table, "--router-table=%s", table);
@@ -379,6 +388,41 @@ static void start_routing(td_daemon *d, const char *name, const char *dir,
     rs_start(d, name, dir, NULL, flags);
     rs_wait_log(d, "metrics: http://127.0.0.1:", 1, 5000);
     rs_wait_log(d, "router: remote gone is down", 1, 5000);
+}
+
+static void start_routing(td_daemon *d, const char *name, const char *dir,
+                          uint16_t *mp, char **tdir)
+{
+    start_routing_n(d, name, dir, mp, tdir, 0);
+}
+
+/* A table of more remotes than a fixed array would hold: /remotes lists
+ * every one and each has its series (docs/METRICS.md). */
+static void test_remotes_many(void **state)
+{
+    (void)state;
+    td_daemon d;
+    uint16_t mp;
+    char *dir;
+    start_routing_n(&d, "metrics-many", keydir, &mp, &dir, 299);
+    char *body;
+    int status = tn_http_get(mp, "/remotes", &body);
+    assert_true(status == 200 || status == 503); /* probes may be under way */
+    assert_non_null(strstr(body, " of 300 remote key servers up\n"));
+    size_t lines = 0;
+    for (const char *p = body; (p = strchr(p, '\n')); p++)
+        lines++;
+    fprintf(stderr, "/remotes with 300 remotes: %zu lines, %zu bytes\n", lines,
+            strlen(body));
+    assert_int_equal(lines, 301);
+    assert_non_null(strstr(body, "\nr298 eu "));
+    free(body);
+    char *m = scrape(mp);
+    assert_non_null(
+        strstr(m, "\nkeylessd_route_up{region=\"eu\",route=\"r298\"} "));
+    free(m);
+    assert_int_equal(td_stop(&d, 0), 0);
+    tp_rmtree(dir);
 }
 
 /* docs/METRICS.md, Readiness: a router whose only remote is down still
@@ -501,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_without_identities),
         cmocka_unit_test(test_health_and_ready),
         cmocka_unit_test(test_ready_with_remote_down),
+        cmocka_unit_test(test_remotes_many),
         cmocka_unit_test(test_egress_ready_needs_a_route),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
