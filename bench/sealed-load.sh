@@ -98,7 +98,7 @@ bash "$ROOT/scripts/dev-pki.sh" "$WORK/pki" >/dev/null
 PKI=$WORK/pki
 PORT=$((20000 + RANDOM % 20000))
 
-calc() { awk "BEGIN {print $*}"; }
+calc() { awk "BEGIN {printf \"%.2f\", $*}"; }
 
 # ---- one start ----------------------------------------------------------------
 # start DIR [FLAGS...]: keylessd until it listens; prints
