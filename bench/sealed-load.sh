@@ -55,7 +55,7 @@ done
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kl-sealed-load.XXXXXX")
 SERVER_PID=
 cleanup() {
-    [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null || true
+    if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; fi
     wait 2>/dev/null || true
     rm -rf "$WORK"
 }
@@ -101,10 +101,27 @@ PORT=$((20000 + RANDOM % 20000))
 calc() { awk "BEGIN {printf \"%.2f\", $*}"; }
 
 # ---- one start ----------------------------------------------------------------
-# start DIR [FLAGS...]: keylessd until it listens; prints
-# "load_s cpu_s heap_mib rss_kib wall_s keys"
+# stop: SIGTERM, and SIGKILL if keylessd has not exited 30 s later (a run
+# once waited on a keylessd that had not stopped).
+stop() {
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 300); do
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$SERVER_PID" 2>/dev/null; then
+        log "keylessd $SERVER_PID did not stop on SIGTERM in 30 s: SIGKILL"
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+    fi
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+}
+
+# start DIR [FLAGS...]: keylessd until it listens; writes
+# "load_s cpu_s heap_mib rss_kib wall_s keys" to $WORK/m (in this shell,
+# not a command substitution, so that SERVER_PID is the cleanup's)
 start() {
-    local dir=$1 logf=$WORK/keylessd.log t0 t1
+    local dir=$1 logf=$WORK/keylessd.log t0 t1 up
     shift
     for _try in 1 2 3; do
         t0=$(date +%s.%N)
@@ -113,30 +130,32 @@ start() {
             --cloudflare-ca-cert="$PKI/ca.crt" --private-key-dirs="$dir" \
             --loglevel=1 "$@" >"$logf" 2>&1 &
         SERVER_PID=$!
-        while kill -0 $SERVER_PID 2>/dev/null; do
-            grep -q "listening on" "$logf" 2>/dev/null && break
+        up=0
+        for _ in $(seq 12000); do # 10 minutes
+            if grep -q "listening on" "$logf"; then
+                up=1
+                break
+            fi
+            kill -0 $SERVER_PID 2>/dev/null || break
             sleep 0.05
         done
         t1=$(date +%s.%N)
-        if grep -q "listening on" "$logf"; then
+        if [ $up = 1 ]; then
             local cpu rss line
             cpu=$(awk -v hz="$(getconf CLK_TCK)" \
                 '{sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz}' \
                 "/proc/$SERVER_PID/stat")
             rss=$(awk '$1 == "VmRSS:" {print $2}' "/proc/$SERVER_PID/status")
-            kill -TERM $SERVER_PID
-            wait $SERVER_PID 2>/dev/null || true
-            SERVER_PID=
+            stop
             # "key store: 100000 keys loaded in 5.31s, about 123.4 MiB of
             # memory" (debug level below 1,000 keys and 1 s: then 0 0)
             line=$(grep -o 'key store: [0-9]* keys loaded in [0-9.]*s, about [0-9.]* MiB' "$logf" || true)
             set -- $line
             local load=${7:-0s,}
-            echo "${load%s,} $cpu ${9:-0} $rss $(calc "$t1 - $t0") ${3:-0}"
+            echo "${load%s,} $cpu ${9:-0} $rss $(calc "$t1 - $t0") ${3:-0}" >"$WORK/m"
             return 0
         fi
-        wait $SERVER_PID 2>/dev/null || true
-        SERVER_PID=
+        stop
         grep -q "already in use" "$logf" || break
         PORT=$((20000 + RANDOM % 20000))
     done
@@ -148,13 +167,13 @@ start() {
 : >"$WORK/plain" && : >"$WORK/sealed"
 for r in $(seq "$ROUNDS"); do
     log "round $r/$ROUNDS"
-    base=$(start "$WORK/one")
-    base_rss=$(echo "$base" | awk '{print $4}')
+    start "$WORK/one"
+    base_rss=$(awk '{print $4}' "$WORK/m")
     for which in plain sealed; do
         flags=()
         [ $which = sealed ] && flags=(--sealing-key="$SET/node.key")
-        m=$(start "$SET/$which" "${flags[@]}")
-        set -- $m
+        start "$SET/$which" "${flags[@]}"
+        set -- $(cat "$WORK/m")
         [ "$6" = "$N" ] || { log "$which: $6 keys loaded, not $N"; exit 1; }
         echo "$1 $2 $3 $(calc "($4 - $base_rss) / 1024") $5" \
             >>"$WORK/$which"
