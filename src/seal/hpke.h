@@ -100,6 +100,10 @@ KL_WUR kl_status kl_hpke_public(uint16_t kem, const EVP_PKEY *key, uint8_t *out,
  * (the caller frees it), KL_E_BAD_VALUE for bytes that are not one. */
 KL_WUR kl_status kl_hpke_public_key(uint16_t kem, const uint8_t *pk, size_t len,
                                     EVP_PKEY **out);
+/* The same checks without making a key: KL_OK when pk is a valid public
+ * key of the KEM (a parser's check, cheaper than an import). */
+KL_WUR kl_status kl_hpke_public_check(uint16_t kem, const uint8_t *pk,
+                                      size_t len);
 
 /* SetupBaseS(pkR, info) (RFC 9180 section 5.1.1): a fresh ephemeral key,
  * enc (cap >= kl_hpke_pk_len) and a sender context. */
