@@ -100,6 +100,10 @@ KL_WUR kl_status kl_hpke_public(uint16_t kem, const EVP_PKEY *key, uint8_t *out,
  * (the caller frees it), KL_E_BAD_VALUE for bytes that are not one. */
 KL_WUR kl_status kl_hpke_public_key(uint16_t kem, const uint8_t *pk, size_t len,
                                     EVP_PKEY **out);
+/* The same checks without making a key: KL_OK when pk is a valid public
+ * key of the KEM (a parser's check, cheaper than an import). */
+KL_WUR kl_status kl_hpke_public_check(uint16_t kem, const uint8_t *pk,
+                                      size_t len);
 
 /* A recipient key whose DH is computed outside OpenSSL - a PKCS#11
  * token's P-256 key that only C_DeriveKey can use (keys/p11_seal.c) - is

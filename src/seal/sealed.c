@@ -344,12 +344,8 @@ static kl_status parse_recipient(parse_state *p, kl_sealed_recipient *r)
      * curve, uncompressed. Importing each X25519 key as well cost most
      * of a load with 100 recipients per file and could not fail. */
     kl_status st = KL_OK;
-    if (r->kem == KL_HPKE_KEM_P256) {
-        EVP_PKEY *pk = NULL;
-        st = kl_hpke_public_key(r->kem, b, r->pk_len, &pk);
-        EVP_PKEY_free(pk);
-        ERR_clear_error();
-    }
+    if (r->kem == KL_HPKE_KEM_P256)
+        st = kl_hpke_public_check(r->kem, b, r->pk_len);
     if (st != KL_OK)
         return fail(p, KL_E_BAD_VALUE, off,
                     "recipient public key: not a valid key of its KEM");

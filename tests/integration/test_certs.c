@@ -254,6 +254,22 @@ static void test_key_dir_with_certificates(void **state)
     free(log);
     snprintf(cmd, sizeof cmd, "rm -f %s/edge.pem %s/ca.crt", keydir, keydir);
     assert_int_equal(system(cmd), 0);
+
+    /* A *.sealed file is the key store's to explain (it is not one), not
+     * scanned for certificates like other files (docs/SEALING.md "Cost,
+     * measured"). */
+    snprintf(cmd, sizeof cmd, "cp %s %s/edge.sealed", tp_path("server.crt"),
+             keydir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(run(true, NULL, &out), 1);
+    snprintf(want, sizeof want,
+             "%s/edge.sealed: sealed key refused: not a valid sealed key file",
+             keydir);
+    expect(out, want);
+    assert_null(strstr(out, "a certificate in the key directory"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -f %s/edge.sealed", keydir);
+    assert_int_equal(system(cmd), 0);
 }
 
 /* auth_key follows the rule of the keys served: readable by group or

@@ -160,7 +160,34 @@ expect 0 "$seal" open --key eu-2.key ec4.sealed -o ec4.pem
 signs ec4.pem ec.pem
 echo "ok: escrow rewrap to the current fleet"
 
-# 9. Usage errors.
+# 9. Many keys in one run (--out-dir); every output appears whole, by a
+# rename of a flushed temporary file, and never replaces a file.
+mkdir -p in/sub && cp ec.pem in/a.key && cp rsa.pem in/sub/b.key && chmod 600 in/a.key in/sub/b.key
+expect 0 "$seal" seal --policy 'region=eu-west' --fleet fleet.yaml --out-dir out in
+grep -q 'sealed 2 of 2 keys to 2 recipients in .* keys/s' err.txt || fail "--out-dir: $(cat err.txt)"
+[ -z "$(ls -A out | grep -v -e '^a\.sealed$' -e '^b\.sealed$')" ] || fail "--out-dir left $(ls -A out)"
+expect 0 "$seal" open --key eu-1.key out/b.sealed -o b.pem
+signs b.pem rsa.pem
+cp out/a.sealed a.copy
+expect 1 "$seal" seal --policy 'region=eu-west' --fleet fleet.yaml --out-dir out in
+grep -q 'File exists (remove it first)' err.txt || fail "--out-dir over a file: $(cat err.txt)"
+cmp -s a.copy out/a.sealed || fail "--out-dir replaced a file"
+[ "$(ls -A out | wc -l)" = 2 ] || fail "a refused --out-dir left $(ls -A out)"
+expect 2 "$seal" seal --policy 'region=eu-west' --fleet fleet.yaml ec.pem rsa.pem -o x.sealed
+grep -q 'several keys: --out-dir' err.txt || fail "two keys, -o: $(cat err.txt)"
+expect 2 "$seal" seal --policy 'region=eu-west' --fleet fleet.yaml --out-dir out ec.pem -o x.sealed
+expect 2 "$seal" open --key eu-1.key --out-dir out ec.sealed
+if command -v strace >/dev/null; then
+    strace -f -e trace=openat,renameat2,link -o trace.txt \
+        "$seal" seal --policy 'region=eu-west' --fleet fleet.yaml ec.pem -o whole.sealed 2>/dev/null
+    ! grep -E 'openat\(.*"whole\.sealed"' trace.txt || fail "whole.sealed was opened for writing"
+    grep -qE 'renameat2\(AT_FDCWD, "\.whole\.sealed\.[A-Za-z0-9]{6}", AT_FDCWD, "whole\.sealed", RENAME_NOREPLACE\) = 0' trace.txt ||
+        fail "whole.sealed not renamed into place: $(grep -E 'renameat2|link' trace.txt)"
+fi
+[ -z "$(ls -A | grep '^\.')" ] || fail "temporary files left: $(ls -A | grep '^\.')"
+echo "ok: --out-dir, whole files by rename, no file replaced"
+
+# 10. Usage errors.
 expect 2 "$seal" seal --fleet fleet.yaml ec.pem -o x.sealed
 grep -q 'needs --policy' err.txt || fail "missing --policy: $(cat err.txt)"
 expect 2 "$seal" frobnicate

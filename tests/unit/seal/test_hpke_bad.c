@@ -195,6 +195,30 @@ static void test_bad_enc(void **state)
     assert_int_equal(kl_hpke_setup_sender(&ctx, x.suite, x.pk, 64, NULL, 0, enc,
                                           sizeof enc, &enc_len),
                      KL_E_BAD_VALUE);
+    /* the parser's check without an import: the same answers */
+    assert_int_equal(kl_hpke_public_check(KL_HPKE_KEM_P256, x.enc, 65), KL_OK);
+    assert_int_equal(kl_hpke_public_check(KL_HPKE_KEM_P256, x.enc, 64),
+                     KL_E_BAD_VALUE);
+    memcpy(bad, x.enc, 65);
+    bad[64] ^= 0x01;
+    assert_int_equal(kl_hpke_public_check(KL_HPKE_KEM_P256, bad, 65),
+                     KL_E_BAD_VALUE);
+    memcpy(bad, x.enc, 65);
+    memset(bad + 1, 0xff, 32);
+    assert_int_equal(kl_hpke_public_check(KL_HPKE_KEM_P256, bad, 65),
+                     KL_E_BAD_VALUE);
+    memcpy(bad, x.enc, 65);
+    bad[0] = 0x02;
+    assert_int_equal(kl_hpke_public_check(KL_HPKE_KEM_P256, bad, 65),
+                     KL_E_BAD_VALUE);
+    memset(bad, 0, 65);
+    assert_int_equal(kl_hpke_public_check(KL_HPKE_KEM_P256, bad, 65),
+                     KL_E_BAD_VALUE);
+    assert_int_equal(kl_hpke_public_check(KL_HPKE_KEM_P256, bad, 1),
+                     KL_E_BAD_VALUE);
+    assert_int_equal(kl_hpke_public_check(KL_HPKE_KEM_X25519, x.enc, 32),
+                     KL_OK);
+    assert_int_equal(kl_hpke_public_check(0x0011, x.enc, 65), KL_E_BAD_VALUE);
     /* a valid point that is not the sender's: nothing decrypts */
     assert_int_equal(open_with(&x, x.sk, x.pk, x.pk_len, info_s, sizeof info_s,
                                aad_s, sizeof aad_s, x.ct, x.ct_len),
