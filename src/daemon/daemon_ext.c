@@ -144,6 +144,23 @@ static bool start_fleet(kl_daemon_ext *x, const kl_config *cfg,
     return ok;
 }
 
+/* A router without a table file, its tables from the directory, then the
+ * fleet (sealed keys held elsewhere route through kl_daemon_policy_ops). */
+static bool start_fleet_with_router(kl_daemon_ext *x, const kl_config *cfg)
+{
+    kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
+    o.table_file = NULL;
+    o.tracer = x->tracer;
+    o.policy_ops = &kl_daemon_policy_ops;
+    char err[1024];
+    if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
+        kl_error("fleet: router: %s; not starting", err);
+        x->router = NULL;
+        return false;
+    }
+    return start_fleet(x, cfg, x->router);
+}
+
 /* A fleet without router_table: the router's tables come from the
  * directory (docs/FLEET.md "Routing from the directory"). */
 static bool start_fleet_router(kl_daemon_ext *x, const kl_config *cfg)
@@ -155,17 +172,7 @@ static bool start_fleet_router(kl_daemon_ext *x, const kl_config *cfg)
                  "with keylessd --check");
         return false;
     }
-    kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
-    o.table_file = NULL;
-    o.tracer = x->tracer;
-    o.policy_ops = &kl_daemon_policy_ops; /* sealed keys held elsewhere */
-    char err[1024];
-    if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
-        kl_error("fleet: router: %s; not starting", err);
-        x->router = NULL;
-        return false;
-    }
-    return start_fleet(x, cfg, x->router);
+    return start_fleet_with_router(x, cfg);
 }
 
 /* A registered keys server with a sealing key: a router for its sealed
@@ -178,17 +185,7 @@ static bool start_fleet_sealed_router(kl_daemon_ext *x, const kl_config *cfg)
     check_router_cert(cfg, &p, true);
     if (p.errors || p.warnings)
         return start_fleet(x, cfg, NULL);
-    kl_router_opts o = kl_settings_router(kl_settings_of_c(cfg));
-    o.table_file = NULL;
-    o.tracer = x->tracer;
-    o.policy_ops = &kl_daemon_policy_ops;
-    char err[1024];
-    if (kl_router_new(&o, &x->router, err, sizeof err) != KL_OK) {
-        kl_error("fleet: router: %s; not starting", err);
-        x->router = NULL;
-        return false;
-    }
-    return start_fleet(x, cfg, x->router);
+    return start_fleet_with_router(x, cfg);
 }
 
 bool kl_ext_start(kl_daemon_ext *x, const kl_config *cfg)
