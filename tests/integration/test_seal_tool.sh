@@ -178,7 +178,10 @@ grep -q 'several keys: --out-dir' err.txt || fail "two keys, -o: $(cat err.txt)"
 expect 2 "$seal" seal --policy 'region=eu-west' --fleet fleet.yaml --out-dir out ec.pem -o x.sealed
 expect 2 "$seal" open --key eu-1.key --out-dir out ec.sealed
 if command -v strace >/dev/null; then
-    strace -f -e trace=openat,renameat2,link -o trace.txt \
+    # LeakSanitizer refuses to run under ptrace (strace): leaks are
+    # checked by every other run of keyless-seal in this test
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+        strace -f -e trace=openat,renameat2,link -o trace.txt \
         "$seal" seal --policy 'region=eu-west' --fleet fleet.yaml ec.pem -o whole.sealed 2>/dev/null
     ! grep -E 'openat\(.*"whole\.sealed"' trace.txt || fail "whole.sealed was opened for writing"
     grep -qE 'renameat2\(AT_FDCWD, "\.whole\.sealed\.[A-Za-z0-9]{6}", AT_FDCWD, "whole\.sealed", RENAME_NOREPLACE\) = 0' trace.txt ||
