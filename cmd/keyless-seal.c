@@ -23,13 +23,8 @@
 #include "keys/keystore.h"
 #include "seal/fleetfile.h"
 #include "seal_etcd.h"
+#include "seal_files.h"
 #include "seal/sealed.h"
-
-enum {
-    EXIT_OK = 0,
-    EXIT_FAIL = 1,  /* cannot open, policy selects nobody, I/O */
-    EXIT_USAGE = 2, /* bad command line or input file */
-};
 
 typedef struct opts {
     const char *cmd, *out, *kem, *policy, *fleet, *key, *file;
@@ -107,143 +102,6 @@ static void usage(FILE *f)
         "Exit status: 0 success, 1 failure (cannot open, no recipient, I/O),\n"
         "2 bad command line or input file.\n",
         f);
-}
-
-/* ---- files ------------------------------------------------------------ */
-
-static int read_all(const char *path, uint8_t **buf, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "keyless-seal: %s: %s\n", path, strerror(errno));
-        return EXIT_USAGE;
-    }
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap || cap > KL_SEALED_MAX_FILE)
-            break;
-        uint8_t *nb = realloc(b, cap * 2);
-        if (!nb)
-            free(b);
-        b = nb;
-        cap *= 2;
-    }
-    fclose(f);
-    if (!b)
-        return EXIT_FAIL;
-    *buf = b;
-    *len = n;
-    return EXIT_OK;
-}
-
-/* fsync of a directory, so that a new name in it is on disk too. */
-static void sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-}
-
-/* A new file is written whole or not at all (docs/SEALING.md "Operator
- * workflow"): into a temporary file of the same directory
- * (".NAME.XXXXXX", a name no key store loads), flushed to disk, then
- * renamed into place without replacing anything - so that a watched key
- * directory never sees a half-written file, and an existing output is
- * never overwritten. */
-typedef struct pending {
-    char tmp[PATH_MAX], path[PATH_MAX];
-} pending;
-
-/* The data into a fresh temporary file beside path (into pd), of the
- * given mode; fsync'd when sync (otherwise the caller flushes it). */
-static int write_tmp(const char *path, const void *p, size_t n, mode_t mode,
-                     bool sync, pending *pd)
-{
-    const char *slash = strrchr(path, '/');
-    int dl = slash ? (int)(slash - path + 1) : 0;
-    if (access(path, F_OK) == 0) {
-        fprintf(stderr, "keyless-seal: %s: %s (remove it first)\n", path,
-                strerror(EEXIST));
-        return EXIT_FAIL;
-    }
-    int len = snprintf(pd->tmp, sizeof pd->tmp, "%.*s.%s.XXXXXX", dl, path,
-                       path + dl);
-    if (len < 0 || (size_t)len >= sizeof pd->tmp ||
-        strlen(path) >= sizeof pd->path) {
-        fprintf(stderr, "keyless-seal: %s: %s\n", path, strerror(ENAMETOOLONG));
-        return EXIT_FAIL;
-    }
-    strcpy(pd->path, path);
-    int fd = mkostemp(pd->tmp, O_CLOEXEC); /* mode 0600 */
-    if (fd < 0) {
-        fprintf(stderr, "keyless-seal: %s: %s\n", path, strerror(errno));
-        return EXIT_FAIL;
-    }
-    mode_t um = umask(0); /* the mode open(2) would have given it */
-    umask(um);
-    const uint8_t *b = p;
-    int err = fchmod(fd, mode & ~um) != 0 ? errno : 0;
-    while (!err && n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            err = w < 0 ? errno : EIO;
-            break;
-        }
-        b += w;
-        n -= (size_t)w;
-    }
-    if (!err && sync && fsync(fd) != 0)
-        err = errno;
-    if (close(fd) != 0 && !err)
-        err = errno;
-    if (err) {
-        unlink(pd->tmp);
-        fprintf(stderr, "keyless-seal: %s: %s\n", path, strerror(err));
-        return EXIT_FAIL;
-    }
-    return EXIT_OK;
-}
-
-/* The temporary file renamed into place, or removed. RENAME_NOREPLACE:
- * an output that appeared meanwhile is kept; a file system without it
- * gets link(2), which never replaces either. */
-static int commit(const pending *pd)
-{
-    if (renameat2(AT_FDCWD, pd->tmp, AT_FDCWD, pd->path, RENAME_NOREPLACE) == 0)
-        return EXIT_OK;
-    int err = errno;
-    if ((err == EINVAL || err == ENOSYS) && link(pd->tmp, pd->path) == 0)
-        err = 0;
-    unlink(pd->tmp);
-    if (err) {
-        fprintf(stderr, "keyless-seal: %s: %s%s\n", pd->path, strerror(err),
-                err == EEXIST ? " (remove it first)" : "");
-        return EXIT_FAIL;
-    }
-    return EXIT_OK;
-}
-
-/* Writes the new file path (never over an existing one) of the given mode,
- * whole, flushed to disk with its name. */
-static int write_new(const char *path, const void *p, size_t n, mode_t mode)
-{
-    pending pd;
-    int rc = write_tmp(path, p, n, mode, true, &pd);
-    if (rc == EXIT_OK)
-        rc = commit(&pd);
-    if (rc == EXIT_OK) {
-        char *slash = strrchr(pd.tmp, '/');
-        if (slash)
-            slash[1] = 0; /* the directory of path */
-        sync_dir(slash ? pd.tmp : ".");
-    }
-    return rc;
 }
 
 static void report(void *arg, int level, const char *path, const char *msg)
@@ -366,7 +224,7 @@ static int load_sealed(const char *path, kl_sealed **s)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = read_all(path, &buf, &len);
+    int rc = seal_read_all(path, &buf, &len);
     if (rc != EXIT_OK)
         return rc;
     char err[512];
@@ -403,7 +261,7 @@ static int add_escrow_file(rcpts *r, size_t i, const char *path)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = read_all(path, &buf, &len);
+    int rc = seal_read_all(path, &buf, &len);
     if (rc != EXIT_OK)
         return rc;
     char *text = strndup((const char *)buf, len), err[256];
@@ -481,8 +339,8 @@ static int seal_to(const char *out_path, const char *policy, EVP_PKEY *key,
         fprintf(stderr, "keyless-seal: %s\n", err);
         return EXIT_USAGE;
     }
-    int rc = pd ? write_tmp(out_path, out, len, 0644, false, pd)
-                : write_new(out_path, out, len, 0644);
+    int rc = pd ? seal_write_tmp(out_path, out, len, 0644, false, pd)
+                : seal_write_new(out_path, out, len, 0644);
     free(out);
     if (rc == EXIT_OK && !pd)
         fprintf(stderr, "keyless-seal: wrote %s (%zu bytes, %zu recipients)\n",
@@ -512,7 +370,7 @@ static int cmd_keygen(const opts *o)
         PEM_write_bio_PKCS8PrivateKey(priv, k, NULL, NULL, 0, NULL, NULL) ==
             1 &&
         (n = BIO_get_mem_data(priv, &p)) > 0)
-        rc = write_new(o->out, p, (size_t)n, 0600);
+        rc = seal_write_new(o->out, p, (size_t)n, 0600);
     BIO_free(priv); /* a secure-heap BIO: cleared on free */
     uint8_t pk[KL_HPKE_MAX_ENC];
     size_t pl = 0;
@@ -558,7 +416,7 @@ static void flush_batch(many *m)
     for (size_t i = 0; i < m->n_batch; i++) {
         if (m->rc != EXIT_OK)
             unlink(m->batch[i].tmp);
-        else if ((m->rc = commit(&m->batch[i])) == EXIT_OK)
+        else if ((m->rc = seal_commit(&m->batch[i])) == EXIT_OK)
             m->done++;
     }
     m->n_batch = 0;
@@ -635,7 +493,7 @@ static int seal_many(const opts *o, const rcpts *r)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     free(m.batch);
     if (m.done)
-        sync_dir(o->out_dir);
+        seal_sync_dir(o->out_dir);
     double secs = (double)(t1.tv_sec - t0.tv_sec) +
                   (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     if (rc == EXIT_OK)
@@ -767,7 +625,7 @@ static int cmd_open(const opts *o)
                           (n = BIO_get_mem_data(b, &p)) <= 0))
         rc = EXIT_FAIL;
     if (rc == EXIT_OK)
-        rc = write_new(o->out, p, (size_t)n, 0600);
+        rc = seal_write_new(o->out, p, (size_t)n, 0600);
     BIO_free(b);
     EVP_PKEY_free(key);
     kl_sealed_free(s);
