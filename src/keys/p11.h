@@ -95,6 +95,9 @@ KL_WUR kl_status kl_p11_public_key(kl_p11_token *t, CK_SESSION_HANDLE h,
 /* The token part of a key; NULL for a file key. */
 kl_p11_key *kl_key_p11(const kl_key *k);
 
+/* A key object description on token t from the URI's object= and/or id=
+ * (looked up on the token later); NULL when out of memory. */
+kl_p11_key *kl_p11_key_new(const kl_p11_uri *u, kl_p11_token *t);
 /* Frees a key object description. */
 void kl_p11_key_free(kl_p11_key *k);
 

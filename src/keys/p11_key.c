@@ -13,7 +13,7 @@
 /* How long loading waits for a session of a token whose pool is busy. */
 #define LOAD_WAIT_NS (5 * KL_NS_PER_S)
 
-static kl_p11_key *key_of(const kl_p11_uri *u, kl_p11_token *t)
+kl_p11_key *kl_p11_key_new(const kl_p11_uri *u, kl_p11_token *t)
 {
     kl_p11_key *k = calloc(1, sizeof *k);
     if (!k)
@@ -107,7 +107,7 @@ kl_status kl_keystore_add_uri(kl_keystore *ks, const char *uri)
     s = kl_p11_uri_read_pin(&u, why, sizeof why);
     if (s == KL_OK)
         s = kl_p11_set_token(ks->p11, &u, &t, why, sizeof why);
-    if (s == KL_OK && !(k = key_of(&u, t)))
+    if (s == KL_OK && !(k = kl_p11_key_new(&u, t)))
         s = KL_E_NOMEM;
     if (s == KL_OK)
         s = find_key(t, k, &pkey, why, sizeof why);

@@ -230,30 +230,6 @@ static kl_status self_test(seal_p11 *sp, EVP_PKEY *pub, char *why,
     return s;
 }
 
-/* The key's part of the URI (object= and/or id=). */
-static kl_p11_key *key_desc(const kl_p11_uri *u, kl_p11_token *t)
-{
-    kl_p11_key *k = calloc(1, sizeof *k);
-    if (!k)
-        return NULL;
-    k->tok = t;
-    atomic_init(&k->handle, CK_INVALID_HANDLE);
-    k->has_label = u->object != NULL;
-    k->has_id = u->id != NULL;
-    if (k->has_label && !(k->label = strdup(u->object)))
-        goto fail;
-    if (k->has_id) {
-        if (!(k->id = malloc(u->id_len ? u->id_len : 1)))
-            goto fail;
-        memcpy(k->id, u->id, u->id_len);
-        k->id_len = u->id_len;
-    }
-    return k;
-fail:
-    kl_p11_key_free(k);
-    return NULL;
-}
-
 kl_status kl_keys_sealing_key_p11(const char *uri, EVP_PKEY **out, char *why,
                                   size_t whylen)
 {
@@ -269,7 +245,7 @@ kl_status kl_keys_sealing_key_p11(const char *uri, EVP_PKEY **out, char *why,
         s = KL_E_NOMEM;
     if (s == KL_OK)
         s = kl_p11_set_token(sp->set, &u, &sp->tok, why, whylen);
-    if (s == KL_OK && !(sp->key = key_desc(&u, sp->tok)))
+    if (s == KL_OK && !(sp->key = kl_p11_key_new(&u, sp->tok)))
         s = KL_E_NOMEM;
     kl_p11_uri_clear(&u);
     if (s == KL_OK)
