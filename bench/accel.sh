@@ -22,6 +22,10 @@
 # ecdsap256` in the same run. Medians of REPS runs.
 #
 #   bench/accel.sh [--smoke]     prints the rows for bench/RESULTS.md
+#
+# ONLY="async ping" runs those scenarios alone (and no faults row unless
+# named): for A/B runs of one change. NOTIFY=fd makes the device signal
+# through eventfds even though keylessd offers completion callbacks.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -129,9 +133,11 @@ print(f"{ops:.0f} {(c1 - c0) / n * 1e6:.2f}")
 PY
 }
 
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 scenario() { # NAME [KEYLESSD FLAGS...]
     local name=$1
     shift
+    wanted "$name" || return 0
     start "$@"
     : >"$WORK/$name.runs"
     for r in $(seq $REPS); do
@@ -149,10 +155,15 @@ scenario() { # NAME [KEYLESSD FLAGS...]
 # blocking workers
 ASYNC=(--async-providers=kl_accel --key-propquery=?provider=kl_accel
        --max-async-jobs=1024)
-ctl "latency_us=$LATENCY_US" "slots=$SLOTS" "memo=1"
+case ${NOTIFY:-callback} in
+callback) DEV=("latency_us=$LATENCY_US" "slots=$SLOTS" "memo=1") ;;
+fd) DEV=("latency_us=$LATENCY_US" "slots=$SLOTS" "memo=1" "callback=0") ;;
+*) echo "accel.sh: NOTIFY is callback or fd" >&2; exit 2 ;;
+esac
+ctl "${DEV[@]}"
 scenario async "${ASYNC[@]}"
 scenario blocking --key-propquery=?provider=kl_accel
-ctl "latency_us=$LATENCY_US" "slots=$SLOTS" "memo=1" "full=software"
+ctl "${DEV[@]}" "full=software"
 scenario fallback "${ASYNC[@]}"
 scenario software
 RUN_FLAGS="-op ping -pause 8ms" scenario ping
@@ -163,57 +174,63 @@ ceiling=$(openssl speed -multi 2 -seconds $DUR ecdsap256 2>/dev/null |
 # 0.25 s the next 50 operations fail and the next 5 are never answered
 # (they end at the device's 200 ms timeout); the provider re-arms the
 # counts whenever the file's content changes
-ctl "latency_us=$LATENCY_US" "slots=$SLOTS" "memo=1" "timeout_ms=200"
-start "${ASYNC[@]}"
-fds() { ls /proc/"$SERVER_PID"/fd | wc -l; }
-rss() { awk '/^VmRSS:/ {print $2}' /proc/"$SERVER_PID"/status; }
-jobs_now() {
-    curl -s "http://127.0.0.1:$MPORT/metrics" |
-        awk '/^keylessd_async_jobs\{/ {s += $2} END {print s + 0}'
+run_faults() {
+    ctl "${DEV[@]}" "timeout_ms=200"
+    start "${ASYNC[@]}"
+    fds() { ls /proc/"$SERVER_PID"/fd | wc -l; }
+    rss() { awk '/^VmRSS:/ {print $2}' /proc/"$SERVER_PID"/status; }
+    jobs_now() {
+        curl -s "http://127.0.0.1:$MPORT/metrics" |
+            awk '/^keylessd_async_jobs\{/ {s += $2} END {print s + 0}'
+    }
+    # (keyless-bench exits 1 when answers were errors: they are expected here)
+    # the same load first, so that every ASYNC slot it uses exists (with
+    # NOTIFY=fd each keeps its eventfd): what follows is the steady state
+    "$BENCH" "${TLS[@]}" -connections 8 -depth 64 -duration 2s >/dev/null 2>&1 ||
+        true
+    sleep 0.3
+    secs=$(python3 -c "print(max(1, round($FAULT_OPS / 2 / 55000)))")
+    # two halves: the first brings every slot into use (lost operations hold
+    # slots for 200 ms, so more of them than a clean run), the second must
+    # leave descriptors, memory and operations in progress where the first did
+    fault_half() { # N
+        (
+            n=0
+            while :; do
+                n=$((n + 1))
+                ctl "${DEV[@]}" \
+                    "timeout_ms=200" "fail=50" "lose=5" "# round $n"
+                sleep 0.15
+            done
+        ) &
+        local faulter=$!
+        "$BENCH" "${TLS[@]}" -json -connections 8 -depth 64 -duration "${secs}s" \
+            >"$WORK/faults.$1.json" 2>/dev/null || true
+        kill $faulter 2>/dev/null || true
+        wait $faulter 2>/dev/null || true
+        ctl "${DEV[@]}" "timeout_ms=200"
+        sleep 0.5 # the lost operations' 200 ms
+    }
+    f0=$(fds); r0=$(rss); j0=$(jobs_now)
+    fault_half 1
+    f1=$(fds); r1=$(rss); j1=$(jobs_now)
+    fault_half 2
+    f2=$(fds); r2=$(rss); j2=$(jobs_now)
+    count() {
+        python3 -c "import json
+    t = 0
+    for f in ['$WORK/faults.1.json', '$WORK/faults.2.json']:
+        j = json.load(open(f)); t += j['$1'] + (j['errors'] if '$1' == 'operations' else 0)
+    print(t)"
+    }
+    fault_ops=$(count operations)
+    fault_err=$(count errors)
+    stop
 }
-# (keyless-bench exits 1 when answers were errors: they are expected here)
-# the same load first, so that every ASYNC slot it uses has its eventfd
-# (kept per slot): what follows is the steady state
-"$BENCH" "${TLS[@]}" -connections 8 -depth 64 -duration 2s >/dev/null 2>&1 ||
-    true
-sleep 0.3
-secs=$(python3 -c "print(max(1, round($FAULT_OPS / 2 / 55000)))")
-# two halves: the first brings every slot into use (lost operations hold
-# slots for 200 ms, so more of them than a clean run), the second must
-# leave descriptors, memory and operations in progress where the first did
-fault_half() { # N
-    (
-        n=0
-        while :; do
-            n=$((n + 1))
-            ctl "latency_us=$LATENCY_US" "slots=$SLOTS" "memo=1" \
-                "timeout_ms=200" "fail=50" "lose=5" "# round $n"
-            sleep 0.15
-        done
-    ) &
-    local faulter=$!
-    "$BENCH" "${TLS[@]}" -json -connections 8 -depth 64 -duration "${secs}s" \
-        >"$WORK/faults.$1.json" 2>/dev/null || true
-    kill $faulter 2>/dev/null || true
-    wait $faulter 2>/dev/null || true
-    ctl "latency_us=$LATENCY_US" "slots=$SLOTS" "memo=1" "timeout_ms=200"
-    sleep 0.5 # the lost operations' 200 ms
-}
-f0=$(fds); r0=$(rss); j0=$(jobs_now)
-fault_half 1
-f1=$(fds); r1=$(rss); j1=$(jobs_now)
-fault_half 2
-f2=$(fds); r2=$(rss); j2=$(jobs_now)
-count() {
-    python3 -c "import json
-t = 0
-for f in ['$WORK/faults.1.json', '$WORK/faults.2.json']:
-    j = json.load(open(f)); t += j['$1'] + (j['errors'] if '$1' == 'operations' else 0)
-print(t)"
-}
-fault_ops=$(count operations)
-fault_err=$(count errors)
-stop
+fault_ops=
+if wanted faults; then
+    run_faults
+fi
 
 device=$((SLOTS * 1000000 / LATENCY_US))
 echo
@@ -227,4 +244,4 @@ while read -r name ops cpu; do
         "$(python3 -c "print($ops / $device)")" "$cpu"
 done <"$WORK/table"
 echo
-echo "Faults: $fault_ops operations, $fault_err errors (device errors and lost operations); before / after the first half / after the second: fds $f0 / $f1 / $f2, RSS $r0 / $r1 / $r2 KiB, async jobs in progress $j0 / $j1 / $j2"
+[ -z "$fault_ops" ] || echo "Faults: $fault_ops operations, $fault_err errors (device errors and lost operations); before / after the first half / after the second: fds $f0 / $f1 / $f2, RSS $r0 / $r1 / $r2 KiB, async jobs in progress $j0 / $j1 / $j2"

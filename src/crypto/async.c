@@ -5,10 +5,20 @@
  * Slots are made once and kept: each has an ASYNC_WAIT_CTX for its whole
  * life, so a provider that keeps one fd per wait context (as card
  * providers do) is added to the owner's poll set once, not per operation.
- * After every start or resumption the slot compares the context's fds with
- * those it watches and tells the owner the difference. A readable fd on an
- * idle slot (a provider that left it readable) is unwatched until the
- * slot's next pause, so that a level-triggered poll set cannot spin. */
+ * After every pause the slot compares the context's fds with those it
+ * watches and tells the owner the difference. A readable fd on an idle
+ * slot (a provider that left it readable) is unwatched until the slot's
+ * next pause, so that a level-triggered poll set cannot spin.
+ *
+ * With an owner's wake function, each wait context also carries a
+ * completion callback (ASYNC_WAIT_CTX_set_callback). A provider that uses
+ * it says so with ASYNC_STATUS_OK before it pauses, and calls it from its
+ * own thread when the operation is done: the callback pushes the slot on a
+ * lock-free stack and wakes the owner only when the stack was empty, so a
+ * batch of completions costs the owner one wake-up and no fd at all. A
+ * pause with ASYNC_STATUS_EAGAIN or ASYNC_STATUS_ERR (the provider's queue
+ * was full, or it failed) is resumed at the owner's next turn. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +49,9 @@ typedef struct slot {
     int fds[MAX_FDS]; /* watched in the owner's poll set */
     unsigned nfds;
     bool paused_once;
+    struct slot *cnext; /* on the completed stack */
+    struct slot *rnext; /* on the retry list */
+    atomic_bool queued; /* on the completed stack (the callback's) */
 } slot;
 
 struct kl_async {
@@ -48,6 +61,13 @@ struct kl_async {
     unsigned *free_list; /* indices of idle slots */
     unsigned nfree;
     kl_async_stats st;
+    /* pushed by providers' callbacks on any thread, taken by the owner */
+    _Atomic(slot *) completed;
+    slot *retry; /* paused with EAGAIN or ERR: resumed at the next poll */
+    /* the wake-up from a callback vs kl_async_free: no wake-up reaches an
+     * owner that is gone (a provider may answer a job left behind) */
+    pthread_mutex_t wake_mu;
+    bool closed;
 };
 
 kl_status kl_async_new(const kl_async_opts *o, kl_async **out)
@@ -67,8 +87,11 @@ kl_status kl_async_new(const kl_async_opts *o, kl_async **out)
         free(a);
         return KL_E_NOMEM;
     }
+    pthread_mutex_init(&a->wake_mu, NULL);
+    atomic_init(&a->completed, NULL);
     for (unsigned i = 0; i < a->nslots; i++) {
         a->slots[i].owner = a;
+        atomic_init(&a->slots[i].queued, false);
         a->free_list[a->nfree++] = a->nslots - 1 - i;
     }
     *out = a;
@@ -89,6 +112,9 @@ void kl_async_free(kl_async *a)
 {
     if (!a)
         return;
+    pthread_mutex_lock(&a->wake_mu);
+    a->closed = true;
+    pthread_mutex_unlock(&a->wake_mu);
     bool all_idle = true;
     for (unsigned i = 0; i < a->nslots; i++) {
         slot *s = &a->slots[i];
@@ -105,6 +131,7 @@ void kl_async_free(kl_async *a)
     if (!all_idle)
         return;
     ASYNC_cleanup_thread();
+    pthread_mutex_destroy(&a->wake_mu);
     free(a->slots);
     free(a->free_list);
     free(a);
@@ -142,6 +169,29 @@ static void sync_fds(slot *s)
             a->st.fds++;
         }
     }
+}
+
+/* A provider's completion callback, on the provider's thread: small and
+ * non-blocking, as ASYNC_WAIT_CTX_set_callback asks. A second call for
+ * the same pause is dropped (the slot is on the stack already). */
+static int on_complete(void *arg)
+{
+    slot *s = arg;
+    kl_async *a = s->owner;
+    if (atomic_exchange_explicit(&s->queued, true, memory_order_acq_rel))
+        return 1;
+    slot *old = atomic_load_explicit(&a->completed, memory_order_relaxed);
+    do
+        s->cnext = old;
+    while (!atomic_compare_exchange_weak_explicit(
+        &a->completed, &old, s, memory_order_release, memory_order_relaxed));
+    if (!old) { /* the first of a batch: the owner takes them all */
+        pthread_mutex_lock(&a->wake_mu);
+        if (!a->closed)
+            a->o.wake(a->o.arg);
+        pthread_mutex_unlock(&a->wake_mu);
+    }
+    return 1;
 }
 
 static int job_main(void *arg)
@@ -201,30 +251,67 @@ static bool step(slot *s)
     int r =
         ASYNC_start_job(&s->ajob, s->wctx, &ret, job_main, &arg, sizeof arg);
     if (r == ASYNC_PAUSE) {
+        kl_async *a = s->owner;
         if (!s->paused_once)
-            s->owner->st.paused++;
+            a->st.paused++;
         s->paused_once = true;
+        /* the status means something only with our callback set */
+        int status = a->o.wake ? ASYNC_WAIT_CTX_get_status(s->wctx)
+                               : ASYNC_STATUS_UNSUPPORTED;
+        if (status == ASYNC_STATUS_OK) {
+            /* the provider calls back: no fd of this slot is needed */
+            if (s->nfds)
+                unwatch_all(s);
+            return false;
+        }
+        if (status == ASYNC_STATUS_EAGAIN || status == ASYNC_STATUS_ERR) {
+            /* no callback will come: the provider asks to be resumed */
+            ASYNC_WAIT_CTX_set_status(s->wctx, ASYNC_STATUS_UNSUPPORTED);
+            a->st.retried++;
+            s->rnext = a->retry;
+            a->retry = s;
+            a->o.wake(a->o.arg);
+            return false;
+        }
         sync_fds(s);
         return false;
     }
     if (r != ASYNC_FINISH)
         s->err = KL_E_INTERNAL; /* ASYNC_ERR, ASYNC_NO_JOBS */
-    ERR_clear_error();
-    sync_fds(s);
+    /* what a provider queued belongs to this operation only */
+    if (ERR_peek_last_error())
+        ERR_clear_error();
+    if (s->nfds) /* a provider may drop its fd at the end */
+        sync_fds(s);
     return true;
 }
 
-static bool shed(const kl_job *job)
+static bool shed(const kl_job *job, uint64_t now)
 {
     return (job->abandoned &&
             atomic_load_explicit(job->abandoned, memory_order_relaxed)) ||
-           (job->deadline_ns && kl_now_ns() > job->deadline_ns);
+           (job->deadline_ns && now > job->deadline_ns);
+}
+
+static bool new_wait_ctx(slot *s)
+{
+    s->wctx = ASYNC_WAIT_CTX_new();
+    if (!s->wctx)
+        return false;
+    if (s->owner->o.wake &&
+        !ASYNC_WAIT_CTX_set_callback(s->wctx, on_complete, s)) {
+        ASYNC_WAIT_CTX_free(s->wctx);
+        s->wctx = NULL;
+        return false;
+    }
+    return true;
 }
 
 kl_async_result kl_async_start(kl_async *a, kl_job *job)
 {
     job->out_len = 0;
-    if (shed(job)) {
+    uint64_t now = kl_now_ns();
+    if (shed(job, now)) {
         job->err = KL_E_INTERNAL; /* P6 shedding, as the pool does */
         return KL_ASYNC_DONE;
     }
@@ -233,7 +320,7 @@ kl_async_result kl_async_start(kl_async *a, kl_job *job)
         return KL_ASYNC_FULL;
     }
     slot *s = &a->slots[a->free_list[a->nfree - 1]];
-    if ((!s->wctx && !(s->wctx = ASYNC_WAIT_CTX_new())) ||
+    if ((!s->wctx && !new_wait_ctx(s)) ||
         !grow(&s->in, &s->in_cap, job->in_len ? job->in_len : 1) ||
         !grow(&s->out, &s->out_cap, job->out_cap ? job->out_cap : 1)) {
         job->err = KL_E_INTERNAL;
@@ -242,7 +329,7 @@ kl_async_result kl_async_start(kl_async *a, kl_job *job)
     a->nfree--;
     a->st.busy++;
     a->st.started++;
-    job->started_ns = kl_now_ns();
+    job->started_ns = now;
     memcpy(s->in, job->in, job->in_len);
     s->in_len = job->in_len;
     s->out_len = 0;
@@ -252,11 +339,27 @@ kl_async_result kl_async_start(kl_async *a, kl_job *job)
     s->hold = NULL;
     s->unhold = NULL;
     s->paused_once = false;
+    /* a provider sets another status when it will call back (step) */
+    ASYNC_WAIT_CTX_set_status(s->wctx, ASYNC_STATUS_UNSUPPORTED);
     if (!step(s))
         return KL_ASYNC_PAUSED;
     deliver(s);
     release(s);
     return KL_ASYNC_DONE;
+}
+
+/* Resumes s's paused job; answers its request when the job finished. */
+static void resume(kl_async *a, slot *s)
+{
+    a->st.resumed++;
+    if (!step(s))
+        return;
+    kl_job *job = s->job;
+    if (job)
+        deliver(s);
+    release(s);
+    if (job)
+        job->done(job);
 }
 
 void kl_async_ready(kl_async *a, void *tag)
@@ -267,15 +370,43 @@ void kl_async_ready(kl_async *a, void *tag)
         unwatch_all(s); /* watched again at its next pause */
         return;
     }
-    a->st.resumed++;
-    if (!step(s))
-        return;
-    kl_job *job = s->job;
-    if (job)
-        deliver(s);
-    release(s);
-    if (job)
-        job->done(job);
+    resume(a, s);
+}
+
+unsigned kl_async_poll(kl_async *a)
+{
+    unsigned n = 0;
+    /* the retry list first: a slot resumed now may go back on it */
+    slot *retry = a->retry;
+    a->retry = NULL;
+    while (retry) {
+        slot *s = retry;
+        retry = s->rnext;
+        n++;
+        resume(a, s);
+    }
+    slot *lifo =
+        atomic_exchange_explicit(&a->completed, NULL, memory_order_acquire);
+    slot *fifo = NULL; /* in the order the provider finished them */
+    while (lifo) {
+        slot *next = lifo->cnext;
+        lifo->cnext = fifo;
+        fifo = lifo;
+        lifo = next;
+    }
+    while (fifo) {
+        slot *s = fifo;
+        fifo = s->cnext;
+        /* from here a callback may push it again (its next pause) */
+        atomic_store_explicit(&s->queued, false, memory_order_release);
+        n++;
+        if (!s->ajob) {
+            a->st.spurious++; /* a callback for a pause already over */
+            continue;
+        }
+        resume(a, s);
+    }
+    return n;
 }
 
 unsigned kl_async_expire(kl_async *a, uint64_t now_ns)

@@ -7,8 +7,12 @@
  * max_jobs operations at once on it. kl_async_start runs a kl_job inside an
  * ASYNC job: when the provider pauses it, the job's wait fds are handed to
  * the owner (watch) to join its poll set; when one is readable the owner
- * calls kl_async_ready, which resumes the job; a job that finishes after a
- * pause is answered through job->done, on the owner's thread.
+ * calls kl_async_ready, which resumes the job. A provider that supports
+ * OpenSSL's completion callbacks (ASYNC_WAIT_CTX_set_callback) calls back
+ * instead, on its own thread: that wakes the owner (wake) once per batch,
+ * and kl_async_poll resumes every operation that completed. A job that
+ * finishes after a pause is answered through job->done, on the owner's
+ * thread.
  *
  * An operation keeps its own copies of the input and output and its own
  * OpenSSL context (crypto/ops.h kl_crypto_exec_private), so that its
@@ -32,13 +36,19 @@ typedef struct kl_async kl_async;
 /* The owner's poll set: start (add) or stop (!add) watching fd for
  * readability, and pass tag to kl_async_ready when it is readable. */
 typedef void (*kl_async_watch_fn)(void *arg, int fd, bool add, void *tag);
+/* Called on any thread (a provider's): the owner is to call kl_async_poll
+ * on its own thread soon. Small and non-blocking. */
+typedef void (*kl_async_wake_fn)(void *arg);
 
 #define KL_ASYNC_DEFAULT_JOBS 256
 
 typedef struct kl_async_opts {
     unsigned max_jobs; /* operations at once on this thread; 0: 256 */
     kl_async_watch_fn watch;
-    void *arg;
+    /* NULL: providers' completion callbacks are not offered, every
+     * operation is resumed through its wait fds (or by expiry) */
+    kl_async_wake_fn wake;
+    void *arg; /* of watch and wake */
 } kl_async_opts;
 
 /* On the owning thread (it sets up OpenSSL's ASYNC for the thread). */
@@ -63,6 +73,11 @@ kl_async_result kl_async_start(kl_async *a, kl_job *job);
 /* A watched fd with this tag is readable: resumes its operation. */
 void kl_async_ready(kl_async *a, void *tag);
 
+/* On the owner's thread after a wake: resumes the operations whose
+ * provider called back, and those it asked to resume (ASYNC_STATUS_EAGAIN
+ * or ASYNC_STATUS_ERR). Returns how many it resumed. */
+unsigned kl_async_poll(kl_async *a);
+
 /* Answers (KL_E_INTERNAL, through done) every paused job whose deadline
  * is at or before now_ns or whose client went away. Returns how many. The
  * owner calls it on a timer while kl_async_busy is not 0. */
@@ -78,7 +93,8 @@ typedef struct kl_async_stats {
     uint64_t resumed;  /* resumptions */
     uint64_t expired;  /* answered early: deadline or client gone */
     uint64_t full;     /* refused: max_jobs running */
-    uint64_t spurious; /* readiness on an idle slot's fd */
+    uint64_t spurious; /* readiness or a callback for an idle slot */
+    uint64_t retried;  /* pauses the provider asked to resume at once */
     unsigned busy;     /* now: operations in progress */
     unsigned fds;      /* now: fds in the owner's poll set */
 } kl_async_stats;

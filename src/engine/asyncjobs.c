@@ -3,7 +3,10 @@
  * received them (crypto/async.h; docs/DESIGN.md "Accelerators: ASYNC
  * jobs"): the provider's wait fds join the shard's event loop, readiness
  * resumes the job, and its completion takes the normal path (the done
- * callback, the completion queue). A timer passes over the paused jobs
+ * callback, the completion queue). A provider that calls back instead of
+ * writing an fd wakes the shard's loop (kl_loop_wake: no system call while
+ * the loop is awake), whose wake function resumes every operation that
+ * completed (kl_shard_async_poll). A timer passes over the paused jobs
  * every EXPIRE_EVERY while any is in progress, answering those past their
  * deadline or whose client went away. Made on the first such operation,
  * so a server without such keys has none of it. */
@@ -84,6 +87,13 @@ fail:
             sa->s->index, fd);
 }
 
+/* On a provider's thread (crypto/async.h kl_async_wake_fn). */
+static void wake(void *arg)
+{
+    struct kl_shard_async *sa = arg;
+    kl_loop_wake(sa->s->ev.loop);
+}
+
 static void on_tick(kl_loop *loop, kl_timer *t)
 {
     struct kl_shard_async *sa = t->data;
@@ -103,8 +113,10 @@ static struct kl_shard_async *get(kl_shard *s)
     s->async = sa;
     sa->s = s;
     kl_timer_init(&sa->tick, on_tick, sa);
-    kl_async_opts o = {
-        .max_jobs = s->srv->o.max_async_jobs, .watch = watch, .arg = sa};
+    kl_async_opts o = {.max_jobs = s->srv->o.max_async_jobs,
+                       .watch = watch,
+                       .wake = wake,
+                       .arg = sa};
     if (kl_async_new(&o, &sa->a) != KL_OK) {
         kl_warn("shard %d: cannot set up ASYNC jobs; accelerator operations "
                 "run on blocking workers",
@@ -148,6 +160,11 @@ kl_async_result kl_shard_async_run(kl_shard *s, kl_srv_job *j)
         kl_timer_after(s->ev.loop, &sa->tick, EXPIRE_EVERY) != KL_OK)
         kl_warn("shard %d: cannot arm the accelerator timer", s->index);
     return r;
+}
+
+unsigned kl_shard_async_poll(kl_shard *s)
+{
+    return s->async && s->async->a ? kl_async_poll(s->async->a) : 0;
 }
 
 unsigned kl_shard_async_busy(const kl_shard *s)

@@ -476,6 +476,9 @@ void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj);
  * KL_ASYNC_FULL: not run (max_async_jobs, or ASYNC unavailable) - the pool
  * takes it. */
 kl_async_result kl_shard_async_run(kl_shard *s, kl_srv_job *j);
+/* In the loop's wake function: resumes the operations whose provider
+ * called back (crypto/async.h kl_async_poll). */
+unsigned kl_shard_async_poll(kl_shard *s);
 unsigned kl_shard_async_busy(const kl_shard *s);
 void kl_shard_async_get_stats(const kl_shard *s, kl_async_stats *out);
 /* On the shard's thread, after its loop stopped. */

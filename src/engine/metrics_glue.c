@@ -131,6 +131,7 @@ void kl_mx_loop_turn(kl_shard *s)
                                                  .paused = as.paused,
                                                  .expired = as.expired,
                                                  .full = as.full,
+                                                 .retried = as.retried,
                                                  .busy = as.busy,
                                                  .fds = as.fds});
     }

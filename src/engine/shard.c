@@ -297,6 +297,9 @@ static void on_wake(kl_loop *l, void *arg)
         }
         kl_shard_finish_job(s, (kl_srv_job *)j); /* KL_JOB_KEY_OP */
     }
+    /* accelerator operations whose provider called back (asyncjobs.c) */
+    if (kl_shard_async_poll(s))
+        freed = true;
     if (freed)
         wake_blocked_shards(s);
     /* a reload changed the client CA: verify the open connections again

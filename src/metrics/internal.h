@@ -48,6 +48,7 @@ struct kl_metrics_local {
     _Atomic uint64_t busy_ns;
     /* ASYNC jobs (kl_metrics_set_async): absent until started > 0 */
     _Atomic uint64_t async_started, async_paused, async_expired, async_full;
+    _Atomic uint64_t async_retried;
     _Atomic uint64_t async_busy, async_fds;
     /* back-pressure. The accept pause is a seqlock with
      * one writer: pause_seq is odd while pause_start/paused_ns change, so

@@ -154,8 +154,8 @@ void kl_metrics_loop_busy(kl_metrics_local *l, uint64_t ns);
 /* keylessd_async_*{shard} (docs/METRICS.md "Accelerators"): the shard's
  * ASYNC job counts as they stand (totals and the two gauges). */
 typedef struct kl_metrics_async {
-    uint64_t started, paused, expired, full; /* totals */
-    uint64_t busy, fds;                      /* now */
+    uint64_t started, paused, expired, full, retried; /* totals */
+    uint64_t busy, fds;                               /* now */
 } kl_metrics_async;
 void kl_metrics_set_async(kl_metrics_local *l, const kl_metrics_async *a);
 

@@ -152,6 +152,7 @@ void kl_metrics_set_async(kl_metrics_local *l, const kl_metrics_async *a)
     STORE(&l->async_paused, a->paused);
     STORE(&l->async_expired, a->expired);
     STORE(&l->async_full, a->full);
+    STORE(&l->async_retried, a->retried);
     STORE(&l->async_busy, a->busy);
     STORE(&l->async_fds, a->fds);
 }

@@ -214,6 +214,11 @@ static void render_async(mx_buf *b, const kl_metrics *m)
                  "Operations sent to a blocking worker because "
                  "max_async_jobs were in progress on the shard.",
                  offsetof(kl_metrics_local, async_full));
+    async_family(b, m, "keylessd_async_retried_total", "counter",
+                 "Pauses the provider asked to resume at once, with no "
+                 "completion to wait for (ASYNC_STATUS_EAGAIN or "
+                 "ASYNC_STATUS_ERR: its queue was full or it failed).",
+                 offsetof(kl_metrics_local, async_retried));
     async_family(b, m, "keylessd_async_jobs", "gauge",
                  "Operations in progress now (paused, or answered early and "
                  "still with the provider).",

@@ -7,10 +7,14 @@
  * and a fixed latency per operation.
  *
  * Inside an OpenSSL ASYNC job a signature does what a card's provider
- * does: it queues the operation, registers an eventfd in the job's
- * ASYNC_WAIT_CTX and pauses; the device writes the eventfd on completion
- * and the caller resumes the job, which returns the signature. Outside a
- * job the calling thread blocks until the device answers.
+ * does: it queues the operation and pauses the job. When the application
+ * set a completion callback on the job's ASYNC_WAIT_CTX
+ * (ASYNC_WAIT_CTX_set_callback), the provider says so before pausing
+ * (ASYNC_STATUS_OK) and the device calls it when the operation is done,
+ * from the device thread; otherwise the provider registers an eventfd in
+ * the wait context and the device writes it. Either way the caller then
+ * resumes the job, which returns the signature. Outside a job the calling
+ * thread blocks until the device answers.
  *
  * Configuration: the environment variable KL_ACCEL_CTL names a control
  * file, re-read (when its content changed) at most every 50 ms on a
@@ -28,11 +32,17 @@
  *                  end at timeout_ms with an error)
  *   stopped=1      the device answers nothing until stopped=0 (every
  *                  operation meanwhile ends at timeout_ms)
+ *   callback=0     signal through the eventfd even when the application
+ *                  set a completion callback (default 1: use it)
+ *   busy=N         the device refuses the next N submissions made inside
+ *                  an ASYNC job (its queue is full): the job pauses with
+ *                  ASYNC_STATUS_EAGAIN (callback) or a readable fd, and
+ *                  tries again when resumed
  *   memo=1         the device answers a repeated (key, digest, parameters)
  *                  with the signature it made the first time: a valid
  *                  signature at no host CPU, so that a benchmark measures
  *                  the host's work and not the simulated device's
- * fail and lose count from the moment the file's content changes. A file
+ * fail, lose and busy count from the moment the file's content changes. A file
  * that does not parse makes every operation fail (and counts bad_ctl), so
  * a typo in a test is loud.
  *
@@ -58,6 +68,7 @@ typedef struct kl_accel_stats {
     uint64_t paused;      /* signatures that paused an ASYNC job */
     uint64_t blocked;     /* signatures that blocked (no ASYNC job) */
     uint64_t memo_hits;   /* answered from memo */
+    uint64_t busy;        /* submissions refused by busy= (then retried) */
     uint64_t bad_ctl;     /* operations failed for a malformed control file */
     uint64_t in_flight;   /* now: on the device or waiting for a slot */
     uint64_t open_fds;    /* now: eventfds of operations not yet ended */

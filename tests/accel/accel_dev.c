@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,15 +37,24 @@ typedef enum { OP_WAITING, OP_ACTIVE, OP_LOST, OP_DONE } op_state;
 
 typedef struct acc_op {
     acc_req req;
-    uint8_t sig[ACC_MAX_SIG];
     size_t siglen; /* 0: failed */
     op_state state;
     bool fail; /* the device answers an error (fail=) */
     uint64_t due_ns, deadline_ns;
-    int efd;      /* the job's eventfd; -1: the caller blocks */
+    int efd;      /* the job's eventfd; -1: none (blocks, or calls back) */
     uint64_t got; /* counts the caller read from efd (the device writes 1) */
+    /* the application's completion callback (ASYNC_WAIT_CTX_set_callback)
+     * and its wait context; armed while the job is paused for it */
+    ASYNC_callback_fn cb;
+    void *cb_arg;
+    ASYNC_WAIT_CTX *wctx;
+    bool cb_armed;
     struct acc_op *prev, *next;   /* all */
     struct acc_op *qprev, *qnext; /* waiting or active */
+    size_t sigcap;
+    /* the key's largest signature (a P-256 operation stays small enough
+     * for the allocator's per-thread cache) */
+    uint8_t sig[];
 } acc_op;
 
 typedef struct op_list {
@@ -54,7 +64,7 @@ typedef struct op_list {
 
 typedef struct settings {
     unsigned latency_us, slots, timeout_ms;
-    bool software, stopped, memo, bad;
+    bool software, stopped, memo, callback, bad;
 } settings;
 
 typedef struct memo_entry {
@@ -68,8 +78,13 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t dev_wake = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t answered = PTHREAD_COND_INITIALIZER;
 static op_list all, waiting, active;
-static settings set = {.latency_us = 1000, .slots = 64, .timeout_ms = 2000};
-static unsigned long fail_left, lose_left;
+#define DEFAULT_SETTINGS                                                       \
+    ((settings){.latency_us = 1000,                                            \
+                .slots = 64,                                                   \
+                .timeout_ms = 2000,                                            \
+                .callback = true})
+static settings set = DEFAULT_SETTINGS;
+static unsigned long fail_left, lose_left, busy_left;
 static kl_accel_stats stats;
 static memo_entry *memo; /* the device thread's */
 /* when the sleeping device wakes by itself: UINT64_MAX when it waits for a
@@ -80,6 +95,9 @@ static uint64_t dev_wakes_at;
 static unsigned blocked_callers; /* waiting on `answered` */
 
 static pthread_mutex_t ctl_mu = PTHREAD_MUTEX_INITIALIZER;
+/* when the control file is next looked at: a submission before then
+ * costs one clock read, no lock */
+static _Atomic uint64_t ctl_due_ns;
 static char ctl_text[CTL_MAX + 1];
 static size_t ctl_len;
 static bool ctl_seen;
@@ -184,10 +202,14 @@ static bool parse_setting(settings *s, const char *name, unsigned long v,
         s->stopped = v != 0;
     else if (!strcmp(name, "memo"))
         s->memo = v != 0;
+    else if (!strcmp(name, "callback"))
+        s->callback = v != 0;
     else if (!strcmp(name, "fail"))
         fail_left = v;
     else if (!strcmp(name, "lose"))
         lose_left = v;
+    else if (!strcmp(name, "busy"))
+        busy_left = v;
     else
         return false;
     return true;
@@ -196,8 +218,8 @@ static bool parse_setting(settings *s, const char *name, unsigned long v,
 /* Parses text into *s (and the fail/lose counts); mu held. */
 static void parse_ctl(char *text, settings *s)
 {
-    *s = (settings){.latency_us = 1000, .slots = 64, .timeout_ms = 2000};
-    fail_left = lose_left = 0;
+    *s = DEFAULT_SETTINGS;
+    fail_left = lose_left = busy_left = 0;
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line;
          line = strtok_r(NULL, "\n", &save)) {
@@ -224,10 +246,11 @@ static void parse_ctl(char *text, settings *s)
 
 /* Re-reads the control file when due; its settings replace the old ones
  * when its content changed. */
-static void check_ctl(void)
+static void check_ctl(uint64_t now)
 {
+    if (now < atomic_load_explicit(&ctl_due_ns, memory_order_relaxed))
+        return;
     const char *path = getenv("KL_ACCEL_CTL");
-    uint64_t now = now_ns();
     if (!path || !*path)
         return;
     pthread_mutex_lock(&ctl_mu);
@@ -236,6 +259,8 @@ static void check_ctl(void)
         return;
     }
     ctl_checked_ns = now;
+    atomic_store_explicit(&ctl_due_ns, now + CTL_EVERY_NS,
+                          memory_order_relaxed);
     char buf[CTL_MAX + 1];
     size_t n = 0;
     FILE *f = fopen(path, "r");
@@ -285,13 +310,14 @@ static void device_sign(acc_op *op, bool use_memo, uint64_t *memo_hits)
         op->siglen = 0;
         return;
     }
-    if (use_memo && m && m->used && same_req(&m->req, &op->req)) {
+    if (use_memo && m && m->used && m->siglen <= op->sigcap &&
+        same_req(&m->req, &op->req)) {
         memcpy(op->sig, m->sig, m->siglen);
         op->siglen = m->siglen;
         (*memo_hits)++;
         return;
     }
-    op->siglen = acc_soft_sign(&op->req, op->sig, sizeof op->sig);
+    op->siglen = acc_soft_sign(&op->req, op->sig, op->sigcap);
     if (use_memo && m && op->siglen) {
         m->used = true;
         m->req = op->req;
@@ -311,7 +337,10 @@ static void finish(acc_op *op)
     all_remove(op);
     op->state = OP_DONE;
     stats.in_flight--;
-    if (op->efd >= 0) {
+    if (op->cb_armed) { /* small and non-blocking, as OpenSSL asks */
+        op->cb_armed = false;
+        op->cb(op->cb_arg);
+    } else if (op->efd >= 0) {
         uint64_t one = 1;
         if (write(op->efd, &one, sizeof one) < 0 && errno != EAGAIN)
             op->siglen = 0;
@@ -482,15 +511,11 @@ static void close_fd(ASYNC_WAIT_CTX *w, const void *key, OSSL_ASYNC_FD fd,
     pthread_mutex_unlock(&mu);
 }
 
-/* The eventfd of the current job's wait context: one per context, made on
- * its first operation and closed when the context is freed, so that the
- * caller adds it to its poll set once. -1: no job, or no fd. */
-static int job_fd(void)
+/* The eventfd of the job's wait context w (mu held): one per context, made
+ * on its first operation and closed when the context is freed, so that the
+ * caller adds it to its poll set once. -1: no fd. */
+static int job_fd(ASYNC_WAIT_CTX *w)
 {
-    ASYNC_JOB *job = ASYNC_get_current_job();
-    ASYNC_WAIT_CTX *w = job ? ASYNC_get_wait_ctx(job) : NULL;
-    if (!w)
-        return -1;
     OSSL_ASYNC_FD fd;
     void *custom;
     if (ASYNC_WAIT_CTX_get_fd(w, &fd_key, &fd, &custom))
@@ -502,9 +527,7 @@ static int job_fd(void)
         close(fd);
         return -1;
     }
-    pthread_mutex_lock(&mu);
     stats.open_fds++;
-    pthread_mutex_unlock(&mu);
     return fd;
 }
 
@@ -544,9 +567,31 @@ static bool submit(acc_op *op, uint64_t now)
 }
 
 /* Waits for op's answer: pauses the job (resumed when the eventfd is
- * written; a resume before the answer pauses again) or blocks. */
+ * written or the callback called; a resume before the answer pauses
+ * again) or blocks. */
 static void await(acc_op *op)
 {
+    if (op->cb) {
+        stats.paused++;
+        while (op->state != OP_DONE) {
+            /* the callback will come: said before the pause, as a card's
+             * provider does once its request is on the ring */
+            op->cb_armed = true;
+            ASYNC_WAIT_CTX_set_status(op->wctx, ASYNC_STATUS_OK);
+            pthread_mutex_unlock(&mu);
+            if (!ASYNC_pause_job()) {
+                pthread_mutex_lock(&mu);
+                op->cb_armed = false;
+                blocked_callers++;
+                while (op->state != OP_DONE)
+                    pthread_cond_wait(&answered, &mu);
+                blocked_callers--;
+                break;
+            }
+            pthread_mutex_lock(&mu);
+        }
+        return;
+    }
     if (op->efd < 0) {
         stats.blocked++;
         blocked_callers++;
@@ -575,16 +620,66 @@ static void await(acc_op *op)
     }
 }
 
+/* busy=: the device's queue refuses the submission (mu held). A paused
+ * job asks to be resumed and tries again, as a card's provider does when
+ * its request ring is full: ASYNC_STATUS_EAGAIN for an application that
+ * takes callbacks, a readable fd for one that polls fds. True when it
+ * waited. */
+static bool refused(acc_op *op)
+{
+    bool waited = false;
+    while (busy_left && (op->cb || op->efd >= 0)) {
+        busy_left--;
+        stats.busy++;
+        if (op->cb) {
+            ASYNC_WAIT_CTX_set_status(op->wctx, ASYNC_STATUS_EAGAIN);
+        } else {
+            uint64_t one = 1;
+            (void)!write(op->efd, &one, sizeof one);
+        }
+        pthread_mutex_unlock(&mu);
+        bool paused = ASYNC_pause_job();
+        if (paused && op->efd >= 0) {
+            uint64_t v;
+            (void)!read(op->efd, &v, sizeof v);
+        }
+        pthread_mutex_lock(&mu);
+        waited = true;
+        if (!paused)
+            break;
+    }
+    return waited;
+}
+
 size_t acc_dev_sign(const acc_req *req, uint8_t *sig, size_t cap)
 {
-    check_ctl();
-    acc_op *op = calloc(1, sizeof *op);
+    uint64_t now = now_ns();
+    check_ctl(now);
+    if (cap > ACC_MAX_SIG)
+        cap = ACC_MAX_SIG;
+    acc_op *op = calloc(1, sizeof *op + cap);
     if (!op)
         return 0;
     op->req = *req;
-    op->efd = job_fd();
+    op->sigcap = cap;
+    op->efd = -1;
+    ASYNC_JOB *job = ASYNC_get_current_job();
+    ASYNC_WAIT_CTX *w = job ? ASYNC_get_wait_ctx(job) : NULL;
+    ASYNC_callback_fn cb = NULL;
+    void *cb_arg = NULL;
+    if (w && !ASYNC_WAIT_CTX_get_callback(w, &cb, &cb_arg))
+        cb = NULL;
     pthread_mutex_lock(&mu);
-    if (!submit(op, now_ns())) {
+    if (cb && set.callback) { /* the application's choice, unless callback=0 */
+        op->cb = cb;
+        op->cb_arg = cb_arg;
+        op->wctx = w;
+    } else if (w) {
+        op->efd = job_fd(w);
+    }
+    if (refused(op))
+        now = now_ns(); /* the device's time counts from the submission */
+    if (!submit(op, now)) {
         pthread_mutex_unlock(&mu);
         free(op);
         return acc_soft_sign(req, sig, cap);
@@ -599,7 +694,9 @@ size_t acc_dev_sign(const acc_req *req, uint8_t *sig, size_t cap)
         (void)!read(op->efd, &v, sizeof v);
     size_t n = op->siglen <= cap ? op->siglen : 0;
     memcpy(sig, op->sig, n);
-    OPENSSL_cleanse(op, sizeof *op);
+    /* what the operation carried, not the whole record */
+    OPENSSL_cleanse(op->req.tbs, op->req.tbslen);
+    OPENSSL_cleanse(op->sig, op->siglen);
     free(op);
     return n;
 }

@@ -389,8 +389,9 @@ static int sig_sign(void *vc, unsigned char *sig, size_t *siglen,
     r.serial = c->key->serial;
     memcpy(r.tbs, tbs, tbslen);
     r.tbslen = tbslen;
-    size_t n = acc_dev_sign(&r, sig, sigsize);
-    OPENSSL_cleanse(&r, sizeof r);
+    /* room for the key's largest signature: the device needs no more */
+    size_t n = acc_dev_sign(&r, sig, max);
+    OPENSSL_cleanse(r.tbs, tbslen);
     if (!n) {
         ERR_raise_data(ERR_LIB_PROV, ERR_R_OPERATION_FAIL,
                        "kl_accel: the device failed or did not answer");

@@ -14,13 +14,17 @@
 
 #include <cmocka.h>
 
+/* Every write differs from the one before (a numbered comment), so that
+ * the same settings written again re-arm fail=, lose= and busy=. */
 static inline void accel_ctl(const char *path, const char *text)
 {
+    static unsigned writes;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     assert_non_null(f);
     fputs(text, f);
+    fprintf(f, "\n# write %u\n", ++writes);
     fclose(f);
     assert_int_equal(rename(tmp, path), 0);
     usleep(60 * 1000);

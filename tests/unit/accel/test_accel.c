@@ -4,8 +4,12 @@
  * eventfd; the device runs `slots` operations at once for `latency_us`
  * each; full=software, fail, lose, stopped and memo do what the header
  * says; every signature verifies with the default provider; no eventfd or
- * operation is left behind. Keylessd's use of it is tested elsewhere. */
+ * operation is left behind. With the application's completion callback
+ * set, the provider says ASYNC_STATUS_OK, opens no fd and calls back once
+ * per operation; busy= pauses with ASYNC_STATUS_EAGAIN and submits again
+ * when resumed. Keylessd's use of it is tested elsewhere. */
 #include <poll.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -332,6 +336,113 @@ static void test_memo(void **state)
     assert_settled();
 }
 
+static atomic_uint callbacks[MAXJOBS];
+static atomic_uint callbacks_all;
+
+static int on_callback(void *arg)
+{
+    atomic_fetch_add((atomic_uint *)arg, 1);
+    atomic_fetch_add(&callbacks_all, 1);
+    return 1;
+}
+
+/* Starts n jobs whose wait contexts carry a completion callback; each must
+ * pause with ASYNC_STATUS_OK (or EAGAIN: resumed at once) and no fd. Then
+ * waits for the n callbacks and resumes each job once. */
+static void run_callback_jobs(sign_job *js, size_t n, unsigned *eagain)
+{
+    *eagain = 0;
+    atomic_store(&callbacks_all, 0);
+    for (size_t i = 0; i < n; i++) {
+        atomic_store(&callbacks[i], 0);
+        js[i].wctx = ASYNC_WAIT_CTX_new();
+        assert_non_null(js[i].wctx);
+        assert_int_equal(
+            ASYNC_WAIT_CTX_set_callback(js[i].wctx, on_callback, &callbacks[i]),
+            1);
+        js[i].job = NULL;
+        sign_job *arg = &js[i];
+        int ret;
+        int r = ASYNC_start_job(&js[i].job, js[i].wctx, &ret, job_main, &arg,
+                                sizeof arg);
+        while (r == ASYNC_PAUSE &&
+               ASYNC_WAIT_CTX_get_status(js[i].wctx) == ASYNC_STATUS_EAGAIN) {
+            (*eagain)++; /* the device's queue was full: try again */
+            ASYNC_WAIT_CTX_set_status(js[i].wctx, ASYNC_STATUS_UNSUPPORTED);
+            r = ASYNC_start_job(&js[i].job, js[i].wctx, &ret, job_main, NULL,
+                                0);
+        }
+        assert_int_equal(r, ASYNC_PAUSE);
+        assert_int_equal(ASYNC_WAIT_CTX_get_status(js[i].wctx),
+                         ASYNC_STATUS_OK);
+        size_t nfd = 9;
+        assert_int_equal(ASYNC_WAIT_CTX_get_all_fds(js[i].wctx, NULL, &nfd), 1);
+        assert_int_equal(nfd, 0);
+    }
+    double end = now_ms() + 5000;
+    while (atomic_load(&callbacks_all) < n && now_ms() < end)
+        usleep(1000);
+    assert_int_equal(atomic_load(&callbacks_all), n);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(atomic_load(&callbacks[i]), 1);
+        int ret;
+        assert_int_equal(
+            ASYNC_start_job(&js[i].job, js[i].wctx, &ret, job_main, NULL, 0),
+            ASYNC_FINISH);
+        ASYNC_WAIT_CTX_free(js[i].wctx);
+    }
+    usleep(20 * 1000); /* no late second callback */
+    assert_int_equal(atomic_load(&callbacks_all), n);
+}
+
+/* The application's callback instead of an eventfd: one call per
+ * operation, from the device; the signatures verify. */
+static void test_callback(void **state)
+{
+    (void)state;
+    ctl("latency_us=5000\nslots=64\n");
+    static sign_job js[16];
+    fill(js, 8, ec_key, 0);
+    fill(js + 8, 8, rsa_key, RSA_PKCS1_PSS_PADDING);
+    kl_accel_stats a, b;
+    kl_accel_get_stats(&a);
+    unsigned eagain;
+    run_callback_jobs(js, 16, &eagain);
+    assert_int_equal(eagain, 0);
+    assert_int_equal(count_ok(js, 16), 16);
+    kl_accel_get_stats(&b);
+    assert_int_equal(b.paused - a.paused, 16);
+    assert_settled();
+}
+
+/* busy=3: three submissions refused as a full queue (EAGAIN); each job
+ * resumed submits again and is answered. */
+static void test_busy(void **state)
+{
+    (void)state;
+    ctl("latency_us=2000\nslots=64\nbusy=3\n");
+    static sign_job js[8];
+    fill(js, 8, ec_key, 0);
+    kl_accel_stats a, b;
+    kl_accel_get_stats(&a);
+    unsigned eagain;
+    run_callback_jobs(js, 8, &eagain);
+    assert_int_equal(eagain, 3);
+    assert_int_equal(count_ok(js, 8), 8);
+    kl_accel_get_stats(&b);
+    assert_int_equal(b.busy - a.busy, 3);
+    assert_int_equal(b.submitted - a.submitted, 8);
+    /* and with callback=0: the fd is made readable instead */
+    ctl("latency_us=2000\nslots=64\nbusy=2\ncallback=0\n");
+    fill(js, 4, ec_key, 0);
+    kl_accel_get_stats(&a);
+    run_jobs(js, 4);
+    assert_int_equal(count_ok(js, 4), 4);
+    kl_accel_get_stats(&b);
+    assert_int_equal(b.busy - a.busy, 2);
+    assert_settled();
+}
+
 /* A control file with a typo fails every operation, loudly. */
 static void test_bad_ctl(void **state)
 {
@@ -402,7 +513,8 @@ int main(void)
         cmocka_unit_test(test_slots),    cmocka_unit_test(test_software),
         cmocka_unit_test(test_fail),     cmocka_unit_test(test_lose),
         cmocka_unit_test(test_stopped),  cmocka_unit_test(test_memo),
-        cmocka_unit_test(test_bad_ctl),
+        cmocka_unit_test(test_bad_ctl),  cmocka_unit_test(test_callback),
+        cmocka_unit_test(test_busy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

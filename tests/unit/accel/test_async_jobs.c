@@ -5,9 +5,17 @@
  * bounds hold (max_jobs); a job past its deadline or abandoned is answered
  * early while the device still has it, its key held until the device
  * returns; fds and slots come back after many operations with faults; a
- * key of the default provider runs to completion without pausing. */
+ * key of the default provider runs to completion without pausing.
+ *
+ * The tests that take a mode run twice: with the owner's wait fds only
+ * (no wake function), and with a wake function, so that the provider's
+ * completion callbacks are used (no fd at all, one wake-up per batch).
+ * Then the callbacks' own cases: a batch is one wake-up, a provider that
+ * asks to be resumed (ASYNC_STATUS_EAGAIN) is, and a callback after
+ * kl_async_free reaches no owner. */
 #include <dlfcn.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -47,6 +55,33 @@ static struct {
 } watched[MAXW];
 static size_t nwatched;
 static unsigned holds, unholds;
+
+/* callback mode: the owner's wake function and its eventfd */
+static bool use_wake;
+static int wake_fd = -1;
+static atomic_uint wakes;
+
+static void wake(void *arg)
+{
+    assert_ptr_equal(arg, &wake_fd);
+    atomic_fetch_add(&wakes, 1);
+    uint64_t one = 1;
+    assert_int_equal(write(wake_fd, &one, sizeof one), sizeof one);
+}
+
+static int fd_mode(void **state)
+{
+    (void)state;
+    use_wake = false;
+    return 0;
+}
+
+static int wake_mode(void **state)
+{
+    (void)state;
+    use_wake = true;
+    return 0;
+}
 
 static void watch(void *arg, int fd, bool add, void *tag)
 {
@@ -134,18 +169,24 @@ static void pump(kl_async *a, unsigned want, int timeout_ms)
 {
     uint64_t end = kl_now_ns() + (uint64_t)timeout_ms * KL_NS_PER_MS;
     while (done_count < want && kl_now_ns() < end) {
-        struct pollfd pf[MAXW];
+        struct pollfd pf[MAXW + 1];
         void *tags[MAXW];
         size_t n = nwatched;
         for (size_t i = 0; i < n; i++) {
             pf[i] = (struct pollfd){.fd = watched[i].fd, .events = POLLIN};
             tags[i] = watched[i].tag;
         }
-        int r = poll(pf, n, 5);
+        pf[n] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
+        int r = poll(pf, n + 1, 5);
         assert_true(r >= 0);
         for (size_t i = 0; i < n && r > 0; i++)
             if (pf[i].revents & POLLIN)
                 kl_async_ready(a, tags[i]);
+        if (pf[n].revents & POLLIN) {
+            uint64_t v;
+            assert_int_equal(read(wake_fd, &v, sizeof v), sizeof v);
+            kl_async_poll(a);
+        }
         kl_async_expire(a, kl_now_ns());
     }
 }
@@ -157,10 +198,17 @@ static void ctl(const char *text)
 
 static kl_async *new_async(unsigned max)
 {
-    kl_async_opts o = {.max_jobs = max, .watch = watch};
+    kl_async_opts o = {.max_jobs = max,
+                       .watch = watch,
+                       .wake = use_wake ? wake : NULL,
+                       .arg = &wake_fd};
     kl_async *a = NULL;
     assert_int_equal(kl_async_new(&o, &a), KL_OK);
     done_count = holds = unholds = 0;
+    atomic_store(&wakes, 0);
+    uint64_t v; /* a wake-up an earlier test did not take */
+    while (read(wake_fd, &v, sizeof v) == sizeof v)
+        ;
     return a;
 }
 
@@ -193,7 +241,16 @@ static void test_many_at_once(void **state)
     assert_int_equal(st.full, 1);
     assert_int_equal(st.busy, 0);
     assert_int_equal(st.fds, nwatched);
-    assert_true(st.fds <= 64); /* one eventfd per slot, kept */
+    if (use_wake) { /* the provider called back: no fd, no spurious */
+        assert_int_equal(st.fds, 0);
+        assert_int_equal(st.resumed, 64);
+        assert_int_equal(st.spurious, 0);
+        assert_true(atomic_load(&wakes) >= 1 && atomic_load(&wakes) <= 64);
+    } else {
+        assert_true(st.fds <= 64); /* one eventfd per slot, kept */
+        assert_true(st.fds >= 1);
+        assert_int_equal(atomic_load(&wakes), 0);
+    }
     kl_async_free(a);
     assert_int_equal(nwatched, 0);
     kl_accel_stats as;
@@ -295,12 +352,111 @@ static void test_no_leak(void **state)
     kl_async_stats st;
     kl_async_get_stats(a, &st);
     assert_int_equal(st.busy, 0);
-    assert_true(st.fds <= 32);
+    assert_true(st.fds <= (use_wake ? 0 : 32));
     kl_async_free(a);
     kl_accel_stats after;
     accel_stats(&after);
     assert_int_equal(after.open_fds, 0);
     assert_int_equal(after.in_flight, 0);
+}
+
+/* Callbacks: 64 operations the device finishes while the owner does not
+ * look make one wake-up, and one kl_async_poll resumes them all. */
+static void test_callback_batch(void **state)
+{
+    (void)state;
+    ctl("latency_us=20000\nslots=64\n");
+    kl_async *a = new_async(64);
+    static op ops[64];
+    for (int i = 0; i < 64; i++) {
+        prepare(&ops[i], ec_key, 0);
+        assert_int_equal(kl_async_start(a, &ops[i].job), KL_ASYNC_PAUSED);
+    }
+    assert_int_equal(nwatched, 0); /* nothing in the poll set */
+    /* the device answers all 64 after 20 ms; the owner sleeps through */
+    kl_accel_stats as;
+    uint64_t end = kl_now_ns() + 5000 * KL_NS_PER_MS;
+    do {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        accel_stats(&as);
+    } while (as.in_flight && kl_now_ns() < end);
+    assert_int_equal(as.in_flight, 0);
+    assert_int_equal(done_count, 0); /* nothing answered before the poll */
+    assert_int_equal(atomic_load(&wakes), 1);
+    assert_int_equal(kl_async_poll(a), 64);
+    assert_int_equal(done_count, 64);
+    for (int i = 0; i < 64; i++) {
+        assert_int_equal(ops[i].job.err, KL_OK);
+        assert_true(verifies(&ops[i]));
+    }
+    assert_int_equal(kl_async_poll(a), 0);
+    kl_async_stats st;
+    kl_async_get_stats(a, &st);
+    assert_int_equal(st.resumed, 64);
+    assert_int_equal(st.busy, 0);
+    uint64_t v;
+    assert_int_equal(read(wake_fd, &v, sizeof v), sizeof v);
+    assert_int_equal(v, 1);
+    kl_async_free(a);
+}
+
+/* The device's queue is full for the next 5 submissions: the provider
+ * pauses asking to be resumed (EAGAIN with callbacks, a readable fd
+ * without), tries again, and every operation is answered and verifies. */
+static void test_device_busy(void **state)
+{
+    (void)state;
+    ctl("latency_us=2000\nslots=64\nbusy=5\n");
+    kl_async *a = new_async(16);
+    static op ops[16];
+    kl_accel_stats before, after;
+    accel_stats(&before);
+    for (int i = 0; i < 16; i++) {
+        prepare(&ops[i], i % 2 ? rsa_key : ec_key, 0);
+        assert_int_equal(kl_async_start(a, &ops[i].job), KL_ASYNC_PAUSED);
+    }
+    pump(a, 16, 5000);
+    assert_int_equal(done_count, 16);
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(ops[i].job.err, KL_OK);
+        assert_true(verifies(&ops[i]));
+    }
+    accel_stats(&after);
+    assert_int_equal(after.busy - before.busy, 5);
+    assert_int_equal(after.submitted - before.submitted, 16);
+    kl_async_stats st;
+    kl_async_get_stats(a, &st);
+    assert_int_equal(st.retried, use_wake ? 5 : 0);
+    assert_int_equal(st.busy, 0);
+    kl_async_free(a);
+}
+
+/* A job left behind at kl_async_free (the device lost it): the device's
+ * later callback finds its owner closed and wakes nobody. */
+static kl_async *left_behind;
+
+static void test_callback_after_free(void **state)
+{
+    (void)state;
+    ctl("latency_us=1000\ntimeout_ms=200\nlose=1\n");
+    kl_accel_stats before, after;
+    accel_stats(&before);
+    kl_async *a = new_async(4);
+    static op o;
+    prepare(&o, ec_key, 0);
+    assert_int_equal(kl_async_start(a, &o.job), KL_ASYNC_PAUSED);
+    kl_async_free(a); /* left behind: the process would be stopping */
+    left_behind = a;  /* still reachable: not a leak to LeakSanitizer */
+    uint64_t end = kl_now_ns() + 3000 * KL_NS_PER_MS;
+    do {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        accel_stats(&after);
+    } while (after.timed_out == before.timed_out && kl_now_ns() < end);
+    assert_int_equal(after.timed_out - before.timed_out, 1);
+    assert_int_equal(atomic_load(&wakes), 0);
+    assert_false(o.done);
 }
 
 static void pick(void *arg, const kl_key *k)
@@ -369,6 +525,9 @@ static int setup(void **state)
 {
     (void)state;
     snprintf(ctl_path, sizeof ctl_path, "/tmp/kl_accel_ctl.%d", (int)getpid());
+    wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd < 0)
+        return -1;
     setenv("KL_ACCEL_CTL", ctl_path, 1);
     /* keylessd's process: the accelerator preferred by default properties
      * (as an openssl.cnf would say), the default provider beside it */
@@ -400,15 +559,26 @@ static int teardown(void **state)
     OSSL_PROVIDER_unload(accel_prov);
     OSSL_PROVIDER_unload(default_prov);
     unlink(ctl_path);
+    close(wake_fd);
     return 0;
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_many_at_once), cmocka_unit_test(test_deadline),
-        cmocka_unit_test(test_abandoned),    cmocka_unit_test(test_no_leak),
-        cmocka_unit_test(test_software_key),
+        cmocka_unit_test_setup(test_many_at_once, fd_mode),
+        cmocka_unit_test_setup(test_many_at_once, wake_mode),
+        cmocka_unit_test_setup(test_deadline, fd_mode),
+        cmocka_unit_test_setup(test_deadline, wake_mode),
+        cmocka_unit_test_setup(test_abandoned, fd_mode),
+        cmocka_unit_test_setup(test_abandoned, wake_mode),
+        cmocka_unit_test_setup(test_no_leak, fd_mode),
+        cmocka_unit_test_setup(test_no_leak, wake_mode),
+        cmocka_unit_test_setup(test_device_busy, fd_mode),
+        cmocka_unit_test_setup(test_device_busy, wake_mode),
+        cmocka_unit_test_setup(test_callback_batch, wake_mode),
+        cmocka_unit_test_setup(test_callback_after_free, wake_mode),
+        cmocka_unit_test_setup(test_software_key, fd_mode),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
