@@ -412,10 +412,16 @@ unsigned kl_async_poll(kl_async *a)
 unsigned kl_async_expire(kl_async *a, uint64_t now_ns)
 {
     unsigned n = 0;
-    for (unsigned i = 0; i < a->nslots && a->st.busy; i++) {
+    /* the slots in use are found by the time this many were seen (idle
+     * slots are taken lowest first, so they are the low indices) */
+    unsigned busy = a->st.busy, seen = 0;
+    for (unsigned i = 0; i < a->nslots && seen < busy; i++) {
         slot *s = &a->slots[i];
+        if (!s->ajob)
+            continue;
+        seen++;
         kl_job *job = s->job;
-        if (!s->ajob || !job)
+        if (!job)
             continue;
         bool gone = job->abandoned &&
                     atomic_load_explicit(job->abandoned, memory_order_relaxed);

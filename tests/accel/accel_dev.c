@@ -327,7 +327,29 @@ static void device_sign(acc_op *op, bool use_memo, uint64_t *memo_hits)
     }
 }
 
-/* Ends op (mu held): off every list, its caller woken. */
+/* The device thread's callbacks to make once it lets go of mu (a
+ * callback may make a system call: callers must not wait on mu for it).
+ * Full: made at once, under mu. */
+#define CB_BATCH 128
+static struct {
+    ASYNC_callback_fn fn;
+    void *arg;
+} cbs[CB_BATCH];
+static size_t ncbs;
+
+static void run_callbacks(void)
+{
+    if (!ncbs)
+        return;
+    for (size_t i = 0; i < ncbs; i++)
+        cbs[i].fn(cbs[i].arg);
+    ncbs = 0;
+}
+
+/* Ends op (mu held): off every list, its caller woken. On the device
+ * thread, a callback is queued for run_callbacks after mu is released:
+ * op itself may be gone by then (its caller resumed for another reason
+ * and saw it done), so the callback and its argument are copied. */
 static void finish(acc_op *op)
 {
     if (op->state == OP_WAITING)
@@ -339,7 +361,10 @@ static void finish(acc_op *op)
     stats.in_flight--;
     if (op->cb_armed) { /* small and non-blocking, as OpenSSL asks */
         op->cb_armed = false;
-        op->cb(op->cb_arg);
+        if (ncbs == CB_BATCH)
+            run_callbacks();
+        cbs[ncbs].fn = op->cb;
+        cbs[ncbs++].arg = op->cb_arg;
     } else if (op->efd >= 0) {
         uint64_t one = 1;
         if (write(op->efd, &one, sizeof one) < 0 && errno != EAGAIN)
@@ -406,6 +431,11 @@ static void *device_main(void *arg)
     for (;;) {
         uint64_t now = now_ns();
         expire(now);
+        if (ncbs) { /* the expired operations' callbacks */
+            pthread_mutex_unlock(&mu);
+            run_callbacks();
+            pthread_mutex_lock(&mu);
+        }
         fill_slots(now);
         /* Every operation due now leaves in one pass with one hold of mu
          * before and after, as a card posts a batch of responses to its
@@ -438,6 +468,9 @@ static void *device_main(void *arg)
                     stats.failed++;
                 finish(due[i]);
             }
+            pthread_mutex_unlock(&mu);
+            run_callbacks();
+            pthread_mutex_lock(&mu);
             continue;
         }
         wait_next(now);
