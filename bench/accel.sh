@@ -73,7 +73,11 @@ module = $ACCEL
 activate = 1
 EOF
 export KL_ACCEL_CTL=$WORK/accel.ctl
-ctl() { printf '%s\n' "$@" >"$KL_ACCEL_CTL.tmp" && mv "$KL_ACCEL_CTL.tmp" "$KL_ACCEL_CTL"; sleep 0.1; }
+ctl() { # one temporary file per writer: the faults loop writes too
+    local tmp=$KL_ACCEL_CTL.tmp.$BASHPID
+    printf '%s\n' "$@" >"$tmp" && mv "$tmp" "$KL_ACCEL_CTL"
+    sleep 0.1
+}
 
 PORT=$((20000 + RANDOM % 20000))
 MPORT=$((PORT + 1))
@@ -218,10 +222,10 @@ run_faults() {
     f2=$(fds); r2=$(rss); j2=$(jobs_now)
     count() {
         python3 -c "import json
-    t = 0
-    for f in ['$WORK/faults.1.json', '$WORK/faults.2.json']:
-        j = json.load(open(f)); t += j['$1'] + (j['errors'] if '$1' == 'operations' else 0)
-    print(t)"
+t = 0
+for f in ['$WORK/faults.1.json', '$WORK/faults.2.json']:
+    j = json.load(open(f)); t += j['$1'] + (j['errors'] if '$1' == 'operations' else 0)
+print(t)"
     }
     fault_ops=$(count operations)
     fault_err=$(count errors)
