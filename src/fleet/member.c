@@ -45,8 +45,11 @@ static kl_status copy_record(kl_fleet_server *dst, const kl_fleet_server *src)
     return kl_fleet_server_copy(dst, src); /* sets and sealing attributes */
 }
 
-static void set_state(kl_fleet_member *m, kl_fleet_member_state s,
-                      const char *why)
+/* why: the reason, for the log line; refused: etcd answered and said no
+ * (a permission, a password: src/fleet/etcd.c's KL_E_CONFIG), rather than
+ * not answering - "unreachable" is then the state, not the news. */
+static void set_state_why(kl_fleet_member *m, kl_fleet_member_state s,
+                          const char *why, bool refused)
 {
     pthread_mutex_lock(&m->mu);
     kl_fleet_member_state was = m->st.state;
@@ -63,15 +66,26 @@ static void set_state(kl_fleet_member *m, kl_fleet_member_state s,
                 why ? why : "");
         break;
     case KL_FLEET_MEMBER_UNREACHABLE:
-        kl_warn("fleet: etcd unreachable, the record stays until its lease "
-                "expires; retrying: %s",
-                why ? why : "");
+        if (refused)
+            kl_warn("fleet: etcd refused to keep %s registered (the record "
+                    "stays until its lease expires); retrying: %s",
+                    m->key, why ? why : "");
+        else
+            kl_warn("fleet: etcd unreachable, the record stays until its "
+                    "lease expires; retrying: %s",
+                    why ? why : "");
         break;
     case KL_FLEET_MEMBER_JOINING:
         kl_warn("fleet: registering %s again: %s", m->key, why ? why : "");
         break;
     case KL_FLEET_MEMBER_STOPPED: break;
     }
+}
+
+static void set_state(kl_fleet_member *m, kl_fleet_member_state s,
+                      const char *why)
+{
+    set_state_why(m, s, why, false);
 }
 
 /* Writes the record on the current lease; KL_OK also sets dirty false. */
@@ -144,7 +158,8 @@ static int step(kl_fleet_member *m, int *backoff_ms)
         bool was_on = m->on_lease;
         pthread_mutex_unlock(&m->mu);
         if (was_on) /* a record is in etcd, on a lease that may outlive us */
-            set_state(m, KL_FLEET_MEMBER_UNREACHABLE, err);
+            set_state_why(m, KL_FLEET_MEMBER_UNREACHABLE, err,
+                          s == KL_E_CONFIG);
         else if (!m->warned)
             kl_warn("fleet: cannot register %s yet, retrying: %s", m->key, err);
         m->warned = true;

@@ -23,6 +23,9 @@
  *   expired token takes a new one without the caller seeing a failure;
  * - a wrong password: a clear error, tried again only after a backoff
  *   whoever calls, and registration succeeds once the file is fixed;
+ * - a registered server whose write permission is revoked: its next
+ *   update is logged as refused by etcd (not "unreachable"), and it
+ *   registers again once the permission is back;
  * - keylessd: --check names a password file others can read; a wrong
  *   password or another server's user is logged clearly while keylessd
  *   serves its keys, and it registers once the password file is fixed;
@@ -440,6 +443,62 @@ static void test_wrong_password(void **state)
     kl_fleet_member_stop(m);
 }
 
+/* A registered server whose write permission is taken away: its next
+ * record update is refused, and the log says etcd refused it - not that
+ * etcd is unreachable (it answered). Permission back: registered again. */
+static void test_refused_after_registration(void **state)
+{
+    (void)state;
+    char logpath[] = "/tmp/kl-fleet-auth-log.XXXXXX";
+    int logfd = mkstemp(logpath);
+    assert_true(logfd >= 0);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(logfd, STDERR_FILENO), STDERR_FILENO);
+
+    kl_fleet_member *m = member_as("b-1", "b-1", pw_b);
+    bool registered = wait_state(m, KL_FLEET_MEMBER_REGISTERED, 3000);
+    te_ctl(&cluster,
+           "role revoke-permission keyless-server-b-1 %sdir/servers/b-1",
+           PREFIX);
+    kl_fleet_server s;
+    record(&s, "b-1");
+    s.priority = 50; /* a change: the record is written again */
+    char err[512] = "";
+    kl_status up = kl_fleet_member_update(m, &s, err, sizeof err);
+    bool refused = wait_state(m, KL_FLEET_MEMBER_UNREACHABLE, 5000);
+    te_ctl(&cluster,
+           "role grant-permission keyless-server-b-1 readwrite "
+           "%sdir/servers/b-1",
+           PREFIX);
+    /* another change, so that the write is tried again at once */
+    s.priority = 60;
+    kl_status up2 = kl_fleet_member_update(m, &s, err, sizeof err);
+    bool back = wait_state(m, KL_FLEET_MEMBER_REGISTERED, 10000);
+    kl_fleet_server_clear(&s);
+    kl_fleet_member_stop(m);
+
+    fflush(stderr);
+    assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+    close(saved);
+    char *log = tu_read_file(logpath, NULL);
+    close(logfd);
+    unlink(logpath);
+    assert_non_null(log);
+    fprintf(stderr, "%s", log); /* the test's own output, as before */
+    assert_true(registered);
+    ec_ok(up, err);
+    ec_ok(up2, err);
+    assert_true(refused);
+    assert_true(back);
+    ec_expect(log, "fleet: etcd refused to keep " PREFIX "dir/servers/b-1 "
+                   "registered");
+    ec_expect(log, "permission denied: etcd user \"b-1\" may not write");
+    assert_null(strstr(log, "etcd unreachable"));
+    free(log);
+}
+
 /* ---- keylessd --------------------------------------------------------- */
 
 /* The value of series name on 127.0.0.1:port/metrics (-1: absent or no
@@ -719,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_member_token_expiry),
         cmocka_unit_test(test_watch_token_expiry),
         cmocka_unit_test(test_wrong_password),
+        cmocka_unit_test(test_refused_after_registration),
         cmocka_unit_test(test_daemon),
         cmocka_unit_test(test_tls_and_auth),
     };
