@@ -6,6 +6,8 @@
 # CPU for the device; keyless-bench repeats 64 inputs):
 #
 #   async      keylessd with async_providers=kl_accel: the shards pause jobs
+#   async-poll the same, the device answering every POLL_US (default 100)
+#              what is due, together, instead of each at its own time
 #   blocking   the same keys without it: blocking workers wait for the device
 #   fallback   async, and the device's full=software (busy slots: software)
 #   software   no accelerator: OpenSSL's own ECDSA on the CPU
@@ -34,6 +36,7 @@ KEYLESSD=$BUILD/keylessd
 BENCH=$BUILD/keyless-bench
 ACCEL=$BUILD/kl_accel.so
 SLOTS=${SLOTS:-64}
+POLL_US=${POLL_US:-100}
 LATENCY_US=${LATENCY_US:-1000}
 DUR=${DUR:-5}
 REPS=${REPS:-3}
@@ -166,6 +169,11 @@ fd) DEV=("latency_us=$LATENCY_US" "slots=$SLOTS" "memo=1" "callback=0") ;;
 esac
 ctl "${DEV[@]}"
 scenario async "${ASYNC[@]}"
+# the device's answers in batches, every POLL_US (a driver polling its
+# response ring): how much of the host's CPU per operation is wake-ups
+ctl "${DEV[@]}" "poll_us=$POLL_US"
+scenario async-poll "${ASYNC[@]}"
+ctl "${DEV[@]}"
 scenario blocking --key-propquery=?provider=kl_accel
 ctl "${DEV[@]}" "full=software"
 scenario fallback "${ASYNC[@]}"

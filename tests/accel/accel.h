@@ -32,6 +32,10 @@
  *                  end at timeout_ms with an error)
  *   stopped=1      the device answers nothing until stopped=0 (every
  *                  operation meanwhile ends at timeout_ms)
+ *   poll_us=N      answer only when the clock is on a multiple of N us:
+ *                  the answers due since leave together, as from a driver
+ *                  that polls its response ring every N us (default 0:
+ *                  each at its own due time)
  *   callback=0     signal through the eventfd even when the application
  *                  set a completion callback (default 1: use it)
  *   busy=N         the device refuses the next N submissions made inside

@@ -63,7 +63,7 @@ typedef struct op_list {
 } op_list;
 
 typedef struct settings {
-    unsigned latency_us, slots, timeout_ms;
+    unsigned latency_us, slots, timeout_ms, poll_us;
     bool software, stopped, memo, callback, bad;
 } settings;
 
@@ -195,6 +195,8 @@ static bool parse_setting(settings *s, const char *name, unsigned long v,
         s->slots = (unsigned)v;
     else if (!strcmp(name, "timeout_ms") && v > 0)
         s->timeout_ms = (unsigned)v;
+    else if (!strcmp(name, "poll_us"))
+        s->poll_us = (unsigned)v;
     else if (!strcmp(name, "full") &&
              (!strcmp(text, "queue") || !strcmp(text, "software")))
         s->software = !strcmp(text, "software");
@@ -400,8 +402,15 @@ static void fill_slots(uint64_t now)
 static void wait_next(uint64_t now)
 {
     uint64_t next = UINT64_MAX;
-    if (active.head && !set.stopped)
+    if (active.head && !set.stopped) {
         next = active.head->due_ns;
+        /* poll_us: answers leave at the next look at the device, as a
+         * driver that polls its response ring (or an interrupt that is
+         * moderated) posts them: a batch per look */
+        uint64_t poll = (uint64_t)set.poll_us * 1000;
+        if (poll)
+            next = (next + poll - 1) / poll * poll;
+    }
     if (all.head && all.head->deadline_ns < next)
         next = all.head->deadline_ns;
     if (next <= now)
@@ -444,8 +453,10 @@ static void *device_main(void *arg)
          * deadline ends them meanwhile: the device is answering. */
         acc_op *due[DUE_BATCH];
         size_t n = 0;
+        uint64_t poll = (uint64_t)set.poll_us * 1000;
+        uint64_t cut = poll ? now / poll * poll : now; /* the last look */
         while (n < DUE_BATCH && active.head && !set.stopped &&
-               active.head->due_ns <= now) {
+               active.head->due_ns <= cut) {
             acc_op *op = active.head;
             q_remove(&active, op);
             op->state = OP_LOST;

@@ -443,6 +443,65 @@ static void test_busy(void **state)
     assert_settled();
 }
 
+static double answered_at[MAXJOBS];
+
+static int on_timed_callback(void *arg)
+{
+    *(double *)arg = now_ms();
+    atomic_fetch_add(&callbacks_all, 1);
+    return 1;
+}
+
+/* poll_us=50000: answers leave only when the device looks (every 50 ms
+ * of CLOCK_MONOTONIC), all of them together, not each at its 1 ms. */
+static void test_poll(void **state)
+{
+    (void)state;
+    ctl("latency_us=1000\nslots=64\npoll_us=50000\n");
+    static sign_job js[8];
+    fill(js, 8, ec_key, 0);
+    atomic_store(&callbacks_all, 0);
+    double t0 = now_ms();
+    for (size_t i = 0; i < 8; i++) {
+        answered_at[i] = 0;
+        js[i].wctx = ASYNC_WAIT_CTX_new();
+        assert_non_null(js[i].wctx);
+        assert_int_equal(ASYNC_WAIT_CTX_set_callback(
+                             js[i].wctx, on_timed_callback, &answered_at[i]),
+                         1);
+        js[i].job = NULL;
+        sign_job *arg = &js[i];
+        int ret;
+        assert_int_equal(ASYNC_start_job(&js[i].job, js[i].wctx, &ret, job_main,
+                                         &arg, sizeof arg),
+                         ASYNC_PAUSE);
+    }
+    while (atomic_load(&callbacks_all) < 8 && now_ms() < t0 + 5000)
+        usleep(1000);
+    assert_int_equal(atomic_load(&callbacks_all), 8);
+    double first = answered_at[0], last = answered_at[0];
+    for (size_t i = 0; i < 8; i++) {
+        int ret;
+        assert_int_equal(
+            ASYNC_start_job(&js[i].job, js[i].wctx, &ret, job_main, NULL, 0),
+            ASYNC_FINISH);
+        ASYNC_WAIT_CTX_free(js[i].wctx);
+        first = answered_at[i] < first ? answered_at[i] : first;
+        last = answered_at[i] > last ? answered_at[i] : last;
+    }
+    assert_int_equal(count_ok(js, 8), 8);
+    long long whole = (long long)first; /* past the last 50 ms mark */
+    double past = (double)(whole % 50) + (first - (double)whole);
+    printf("8 answers %.1f ms after the first submission, within %.2f ms; "
+           "%.1f ms past a 50 ms mark\n",
+           first - t0, last - first, past);
+    assert_true(last - first < 5.0); /* one look, one batch */
+    assert_true(past < 10.0);        /* at a look, not at 1 ms */
+    assert_true(first - t0 >= 1.0 && first - t0 < 60.0);
+    ctl("latency_us=1000\n");
+    assert_settled();
+}
+
 /* A control file with a typo fails every operation, loudly. */
 static void test_bad_ctl(void **state)
 {
@@ -514,7 +573,7 @@ int main(void)
         cmocka_unit_test(test_fail),     cmocka_unit_test(test_lose),
         cmocka_unit_test(test_stopped),  cmocka_unit_test(test_memo),
         cmocka_unit_test(test_bad_ctl),  cmocka_unit_test(test_callback),
-        cmocka_unit_test(test_busy),
+        cmocka_unit_test(test_busy),     cmocka_unit_test(test_poll),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
