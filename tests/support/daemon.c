@@ -262,6 +262,14 @@ static bool try_start(td_daemon *d, const td_opts *o, bool *port_taken)
         argv[n++] = (char *)o->extra[i];
     argv[n] = NULL;
 
+    /* a test that asked for a metrics endpoint may scrape it as soon as
+     * td_start returns: wait for it too (the last flag wins, as in
+     * keylessd) */
+    uint16_t metrics_port = 0;
+    for (int i = 0; o->extra && o->extra[i]; i++)
+        if (!strncmp(o->extra[i], "--metrics-port=", 15))
+            metrics_port = (uint16_t)atoi(o->extra[i] + 15);
+
     pid_t parent = getpid();
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -287,13 +295,15 @@ static bool try_start(td_daemon *d, const td_opts *o, bool *port_taken)
             }
             return false;
         }
-        if (port_accepts(d->port, 200))
+        if (port_accepts(d->port, 200) &&
+            (!metrics_port || port_accepts(metrics_port, 200)))
             return true;
         sleep_ms(20);
     }
     td_dump_log(d);
-    fail_msg("keylessd did not accept connections on port %u within %d ms",
-             d->port, START_TIMEOUT_MS);
+    fail_msg("keylessd did not accept connections on port %u%s within %d ms",
+             d->port, metrics_port ? " and its metrics port" : "",
+             START_TIMEOUT_MS);
     return false;
 }
 
