@@ -23,6 +23,7 @@
  *   key is answered `key not found` and counted too. */
 #include "etcd_common.h"
 #include "test_router_server_common.h"
+#include "sealed_common.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -221,47 +222,22 @@ static int teardown(void **state)
     return sb == 0 ? 0 : -1;
 }
 
-static int sign(const char *pub, char **out)
-{
-    const char *lead[] = {"sign", "--server", server_b, NULL};
-    const char *args[] = {"--pubkey", pub, "--message", "sealed", NULL};
-    return tt_tool_run(&cli, lead, args, out, 60000);
-}
+/* B is asked; A holds the key */
+static const td_daemon *const logs[] = {&b, &a, NULL};
 
 static void expect_signs(const char *pub, const char *what)
 {
-    char *out = NULL;
-    int st = sign(pub, &out);
-    if (st != 0 || strncmp(out, "OK: ", 4) != 0 || !strstr(out, what)) {
-        td_dump_log(&b);
-        td_dump_log(&a);
-        fail_msg("keyless-cli sign: exit %d:\n%s", st, out);
-    }
-    free(out);
+    sc_expect_signs(&cli, server_b, pub, what, logs);
 }
 
 static void expect_not_found(const char *pub)
 {
-    char *out = NULL;
-    int st = sign(pub, &out);
-    if (st != 1 || !strstr(out, "key not found")) {
-        td_dump_log(&b);
-        fail_msg("keyless-cli sign: exit %d, expected key not found:\n%s", st,
-                 out);
-    }
-    free(out);
+    sc_expect_not_found(&cli, server_b, pub, logs);
 }
 
 static double metric(const char *series)
 {
-    char *body = NULL;
-    assert_int_equal(tn_http_get(mport_b, "/metrics", &body), 200);
-    char want[256];
-    snprintf(want, sizeof want, "\n%s ", series);
-    char *p = strstr(body, want);
-    double v = p ? strtod(p + strlen(want), NULL) : -1;
-    free(body);
-    return v;
+    return sc_metric(mport_b, series);
 }
 
 /* The record of node i as etcd holds it. */

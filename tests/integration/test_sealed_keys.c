@@ -14,6 +14,7 @@
  * elsewhere at the next reload; a sealed file copied into a watched directory
  * is served without a signal. */
 #include "daemon.h"
+#include "sealed_common.h"
 #include "net.h"
 #include "pki.h"
 #include "testutil.h"
@@ -160,32 +161,21 @@ static int teardown(void **state)
     return st == 0 ? 0 : -1;
 }
 
-static int sign(const char *pub, char **out)
-{
-    const char *lead[] = {"sign", "--server", server, NULL};
-    const char *args[] = {"--pubkey", pub, "--message", "sealed", NULL};
-    return tt_tool_run(&cli, lead, args, out, 60000);
-}
+static const td_daemon *const logs[] = {&d, NULL};
 
 static void expect_signs(const char *pub, const char *what)
 {
-    char *out = NULL;
-    int st = sign(pub, &out);
-    if (st != 0 || strncmp(out, "OK: ", 4) != 0 || !strstr(out, what)) {
-        td_dump_log(&d);
-        fail_msg("keyless-cli sign: exit %d:\n%s", st, out);
-    }
-    free(out);
+    sc_expect_signs(&cli, server, pub, what, logs);
 }
 
 static void expect_not_found(const char *pub)
 {
-    char *out = NULL;
-    int st = sign(pub, &out);
-    if (st != 1 || !strstr(out, "key not found"))
-        fail_msg("keyless-cli sign: exit %d, expected key not found:\n%s", st,
-                 out);
-    free(out);
+    sc_expect_not_found(&cli, server, pub, logs);
+}
+
+static double metric(const char *series)
+{
+    return sc_metric(mport, series);
 }
 
 static bool log_has(const char *needle)
@@ -204,18 +194,6 @@ static void wait_log(const char *needle)
         td_dump_log(&d);
         fail_msg("not logged: %s", needle);
     }
-}
-
-static double metric(const char *name)
-{
-    char *body = NULL;
-    assert_int_equal(tn_http_get(mport, "/metrics", &body), 200);
-    char want[128];
-    snprintf(want, sizeof want, "\n%s ", name);
-    char *p = strstr(body, want);
-    double v = p ? strtod(p + strlen(want), NULL) : -1;
-    free(body);
-    return v;
 }
 
 static void test_opened_and_elsewhere(void **state)
