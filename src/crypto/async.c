@@ -49,6 +49,7 @@ typedef struct slot {
     int fds[MAX_FDS]; /* watched in the owner's poll set */
     unsigned nfds;
     bool paused_once;
+    unsigned retries;   /* EAGAIN/ERR pauses of this operation in a row */
     struct slot *cnext; /* on the completed stack */
     struct slot *rnext; /* on the retry list */
     atomic_bool queued; /* on the completed stack (the callback's) */
@@ -265,12 +266,16 @@ static bool step(slot *s)
             return false;
         }
         if (status == ASYNC_STATUS_EAGAIN || status == ASYNC_STATUS_ERR) {
-            /* no callback will come: the provider asks to be resumed */
+            /* no callback will come: the provider asks to be resumed. The
+             * first few times at the owner's next turn; then at its next
+             * poll for any other reason (a completion, its timer), so
+             * that a device refusing for long is not asked in a spin */
             ASYNC_WAIT_CTX_set_status(s->wctx, ASYNC_STATUS_UNSUPPORTED);
             a->st.retried++;
             s->rnext = a->retry;
             a->retry = s;
-            a->o.wake(a->o.arg);
+            if (++s->retries <= KL_ASYNC_FAST_RETRIES)
+                a->o.wake(a->o.arg);
             return false;
         }
         sync_fds(s);
@@ -339,6 +344,7 @@ kl_async_result kl_async_start(kl_async *a, kl_job *job)
     s->hold = NULL;
     s->unhold = NULL;
     s->paused_once = false;
+    s->retries = 0;
     /* a provider sets another status when it will call back (step) */
     ASYNC_WAIT_CTX_set_status(s->wctx, ASYNC_STATUS_UNSUPPORTED);
     if (!step(s))

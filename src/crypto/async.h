@@ -75,7 +75,11 @@ void kl_async_ready(kl_async *a, void *tag);
 
 /* On the owner's thread after a wake: resumes the operations whose
  * provider called back, and those it asked to resume (ASYNC_STATUS_EAGAIN
- * or ASYNC_STATUS_ERR). Returns how many it resumed. */
+ * or ASYNC_STATUS_ERR). An operation refused that way is resumed at the
+ * owner's next turn KL_ASYNC_FAST_RETRIES times in a row, then only when
+ * the owner polls for another reason: the owner also calls this on its
+ * expiry timer. Returns how many it resumed. */
+#define KL_ASYNC_FAST_RETRIES 8
 unsigned kl_async_poll(kl_async *a);
 
 /* Answers (KL_E_INTERNAL, through done) every paused job whose deadline

@@ -97,6 +97,8 @@ static void wake(void *arg)
 static void on_tick(kl_loop *loop, kl_timer *t)
 {
     struct kl_shard_async *sa = t->data;
+    /* operations a busy provider asked to retry (kl_async_poll) */
+    kl_async_poll(sa->a);
     kl_async_expire(sa->a, kl_loop_now(loop));
     if (kl_async_busy(sa->a) &&
         kl_timer_after(loop, &sa->tick, EXPIRE_EVERY) != KL_OK)

@@ -687,6 +687,7 @@ static bool refused(acc_op *op)
             uint64_t v;
             (void)!read(op->efd, &v, sizeof v);
         }
+        check_ctl(now_ns()); /* a new control file may end busy= */
         pthread_mutex_lock(&mu);
         waited = true;
         if (!paused)

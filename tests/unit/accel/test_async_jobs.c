@@ -187,6 +187,9 @@ static void pump(kl_async *a, unsigned want, int timeout_ms)
             assert_int_equal(read(wake_fd, &v, sizeof v), sizeof v);
             kl_async_poll(a);
         }
+        /* the owner's timer (at most 5 ms apart here): retries, expiry */
+        if (use_wake)
+            kl_async_poll(a);
         kl_async_expire(a, kl_now_ns());
     }
 }
@@ -432,6 +435,43 @@ static void test_device_busy(void **state)
     kl_async_free(a);
 }
 
+/* A device that refuses for long (busy=100000): the operation is retried
+ * at the next turn a few times, then only at the owner's polls (its
+ * timer) - not in a spin - and answered at its deadline; once the device
+ * takes it, the slot comes back. */
+static void test_busy_no_spin(void **state)
+{
+    (void)state;
+    ctl("latency_us=1000\nslots=64\nbusy=100000\n");
+    kl_async *a = new_async(4);
+    static op o;
+    uint64_t t0 = kl_now_ns();
+    prepare(&o, ec_key, t0 + 200 * KL_NS_PER_MS);
+    assert_int_equal(kl_async_start(a, &o.job), KL_ASYNC_PAUSED);
+    pump(a, 1, 2000);
+    assert_true(o.done);
+    assert_int_equal(o.job.err, KL_E_INTERNAL); /* its deadline */
+    uint64_t until = kl_now_ns() + 100 * KL_NS_PER_MS;
+    while (kl_now_ns() < until)
+        pump(a, 2, 10); /* 300 ms in all, still refused */
+    kl_async_stats st;
+    kl_async_get_stats(a, &st);
+    printf("300 ms of a device refusing: %llu retries\n",
+           (unsigned long long)st.retried);
+    /* 8 at once, then one per poll of the owner (every <= 5 ms here); a
+     * spin would be tens of thousands */
+    assert_true(st.retried >= KL_ASYNC_FAST_RETRIES + 10);
+    assert_true(st.retried < KL_ASYNC_FAST_RETRIES + 300 / 5 + 40);
+    assert_int_equal(st.busy, 1);
+    ctl("latency_us=1000\nslots=64\n"); /* the device takes it now */
+    until = kl_now_ns() + 2000 * KL_NS_PER_MS;
+    while (kl_async_busy(a) && kl_now_ns() < until)
+        pump(a, 2, 10);
+    assert_int_equal(kl_async_busy(a), 0);
+    assert_int_equal(unholds, holds);
+    kl_async_free(a);
+}
+
 /* A job left behind at kl_async_free (the device lost it): the device's
  * later callback finds its owner closed and wakes nobody. */
 static kl_async *left_behind;
@@ -577,6 +617,7 @@ int main(void)
         cmocka_unit_test_setup(test_device_busy, fd_mode),
         cmocka_unit_test_setup(test_device_busy, wake_mode),
         cmocka_unit_test_setup(test_callback_batch, wake_mode),
+        cmocka_unit_test_setup(test_busy_no_spin, wake_mode),
         cmocka_unit_test_setup(test_callback_after_free, wake_mode),
         cmocka_unit_test_setup(test_software_key, fd_mode),
     };
