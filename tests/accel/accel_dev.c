@@ -610,56 +610,47 @@ static bool submit(acc_op *op, uint64_t now)
     return true;
 }
 
+/* Blocks until the device answers op (mu held). */
+static void wait_blocked(acc_op *op)
+{
+    blocked_callers++;
+    while (op->state != OP_DONE)
+        pthread_cond_wait(&answered, &mu);
+    blocked_callers--;
+}
+
 /* Waits for op's answer: pauses the job (resumed when the eventfd is
  * written or the callback called; a resume before the answer pauses
  * again) or blocks. */
 static void await(acc_op *op)
 {
-    if (op->cb) {
-        stats.paused++;
-        while (op->state != OP_DONE) {
-            /* the callback will come: said before the pause, as a card's
-             * provider does once its request is on the ring */
-            op->cb_armed = true;
-            ASYNC_WAIT_CTX_set_status(op->wctx, ASYNC_STATUS_OK);
-            pthread_mutex_unlock(&mu);
-            if (!ASYNC_pause_job()) {
-                pthread_mutex_lock(&mu);
-                op->cb_armed = false;
-                blocked_callers++;
-                while (op->state != OP_DONE)
-                    pthread_cond_wait(&answered, &mu);
-                blocked_callers--;
-                break;
-            }
-            pthread_mutex_lock(&mu);
-        }
-        return;
-    }
-    if (op->efd < 0) {
+    if (!op->cb && op->efd < 0) {
         stats.blocked++;
-        blocked_callers++;
-        while (op->state != OP_DONE)
-            pthread_cond_wait(&answered, &mu);
-        blocked_callers--;
+        wait_blocked(op);
         return;
     }
     stats.paused++;
     while (op->state != OP_DONE) {
+        if (op->cb) {
+            /* the callback will come: said before the pause, as a card's
+             * provider does once its request is on the ring */
+            op->cb_armed = true;
+            ASYNC_WAIT_CTX_set_status(op->wctx, ASYNC_STATUS_OK);
+        }
         pthread_mutex_unlock(&mu);
         if (!ASYNC_pause_job()) {
             /* cannot pause: wait here instead */
             pthread_mutex_lock(&mu);
-            blocked_callers++;
-            while (op->state != OP_DONE)
-                pthread_cond_wait(&answered, &mu);
-            blocked_callers--;
+            op->cb_armed = false;
+            wait_blocked(op);
             break;
         }
-        /* one read takes an eventfd's whole count (and resets it) */
-        uint64_t v;
-        if (read(op->efd, &v, sizeof v) == (ssize_t)sizeof v)
-            op->got += v;
+        if (op->efd >= 0) {
+            /* one read takes an eventfd's whole count (and resets it) */
+            uint64_t v;
+            if (read(op->efd, &v, sizeof v) == (ssize_t)sizeof v)
+                op->got += v;
+        }
         pthread_mutex_lock(&mu);
     }
 }
