@@ -46,6 +46,10 @@
  *                  with the signature it made the first time: a valid
  *                  signature at no host CPU, so that a benchmark measures
  *                  the host's work and not the simulated device's
+ *   inline=1       no device: the calling thread answers at once, without
+ *                  a pause (from a memo of its own with memo=1, no lock),
+ *                  as if the crypto cost nothing - what a benchmark
+ *                  compares the device's path with
  * fail, lose and busy count from the moment the file's content changes. A file
  * that does not parse makes every operation fail (and counts bad_ctl), so
  * a typo in a test is loud.
@@ -72,6 +76,7 @@ typedef struct kl_accel_stats {
     uint64_t paused;      /* signatures that paused an ASYNC job */
     uint64_t blocked;     /* signatures that blocked (no ASYNC job) */
     uint64_t memo_hits;   /* answered from memo */
+    uint64_t inlined;     /* answered by the caller at once (inline=1) */
     uint64_t busy;        /* submissions refused by busy= (then retried) */
     uint64_t bad_ctl;     /* operations failed for a malformed control file */
     uint64_t in_flight;   /* now: on the device or waiting for a slot */

@@ -336,6 +336,40 @@ static void test_memo(void **state)
     assert_settled();
 }
 
+/* inline=1: answered at once in the job, no pause, no device; with memo=1
+ * a repeated digest from the thread's own memo; still valid. */
+static void test_inline(void **state)
+{
+    (void)state;
+    ctl("latency_us=100000\ninline=1\nmemo=1\n");
+    static sign_job js[6];
+    fill(js, 4, ec_key, 0);
+    for (int i = 1; i < 4; i++)
+        memcpy(js[i].dgst, js[0].dgst, 32);
+    fill(js + 4, 2, rsa_key, RSA_PKCS1_PSS_PADDING);
+    kl_accel_stats a, b;
+    kl_accel_get_stats(&a);
+    double took = run_jobs(js, 6);
+    js[5].ok = sign_now(&js[5]); /* outside a job too (a repeat: memo) */
+    kl_accel_get_stats(&b);
+    assert_int_equal(count_ok(js, 6), 6);
+    assert_true(took < 50.0); /* not one device latency */
+    assert_int_equal(b.inlined - a.inlined, 7);
+    assert_int_equal(b.memo_hits - a.memo_hits, 4);
+    assert_int_equal(b.paused - a.paused, 0);
+    assert_int_equal(b.blocked - a.blocked, 0);
+    assert_int_equal(b.submitted - a.submitted, 0);
+    /* and back to the device */
+    ctl("latency_us=20000\n");
+    fill(js, 1, ec_key, 0);
+    took = run_jobs(js, 1);
+    kl_accel_get_stats(&a);
+    assert_int_equal(count_ok(js, 1), 1);
+    assert_int_equal(a.paused - b.paused, 1);
+    assert_true(took >= 19.0);
+    assert_settled();
+}
+
 static atomic_uint callbacks[MAXJOBS];
 static atomic_uint callbacks_all;
 
@@ -583,8 +617,9 @@ int main(void)
         cmocka_unit_test(test_slots),    cmocka_unit_test(test_software),
         cmocka_unit_test(test_fail),     cmocka_unit_test(test_lose),
         cmocka_unit_test(test_stopped),  cmocka_unit_test(test_memo),
-        cmocka_unit_test(test_bad_ctl),  cmocka_unit_test(test_callback),
-        cmocka_unit_test(test_busy),     cmocka_unit_test(test_poll),
+        cmocka_unit_test(test_inline),   cmocka_unit_test(test_bad_ctl),
+        cmocka_unit_test(test_callback), cmocka_unit_test(test_busy),
+        cmocka_unit_test(test_poll),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
