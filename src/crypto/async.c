@@ -195,9 +195,16 @@ static int on_complete(void *arg)
     return 1;
 }
 
+/* The slot whose job this thread starts: job_main runs inside
+ * ASYNC_start_job's first switch, so it is read before any other start.
+ * (An argument would be copied into a malloc'd block per job.) */
+static _Thread_local slot *starting;
+
 static int job_main(void *arg)
 {
-    slot *s = *(slot **)arg;
+    (void)arg;
+    slot *s = starting;
+    starting = NULL;
     s->err = kl_crypto_exec_private(&s->ctx, s->key, s->opcode, s->in,
                                     s->in_len, s->out, s->out_cap, &s->out_len);
     return 0;
@@ -248,9 +255,9 @@ static void deliver(slot *s)
 static bool step(slot *s)
 {
     int ret;
-    slot *arg = s;
-    int r =
-        ASYNC_start_job(&s->ajob, s->wctx, &ret, job_main, &arg, sizeof arg);
+    if (!s->ajob)
+        starting = s;
+    int r = ASYNC_start_job(&s->ajob, s->wctx, &ret, job_main, NULL, 0);
     if (r == ASYNC_PAUSE) {
         kl_async *a = s->owner;
         if (!s->paused_once)
