@@ -15,6 +15,11 @@
 #              flight, each answered ~8 ms later - the device's queue), so
 #              keylessd's CPU per operation is the non-crypto part alone
 #              (TLS records, parse, encode, writes, wake-ups) at that rate
+#   inline     async, but the device answers in keylessd's thread at once
+#              from memo (inline=1): sign requests whose crypto costs
+#              nothing, with ping's pattern (512 in flight, each held 8 ms
+#              by the client) - the sign request's non-crypto part at that
+#              rate, which `async` is judged against
 #   faults     1,000,000 operations with device errors and lost operations
 #              mixed in: descriptors, RSS and operations in progress before
 #              and after
@@ -179,6 +184,8 @@ ctl "${DEV[@]}" "full=software"
 scenario fallback "${ASYNC[@]}"
 scenario software
 RUN_FLAGS="-op ping -pause 8ms" scenario ping
+ctl "${DEV[@]}" "inline=1"
+RUN_FLAGS="-pause 8ms" scenario inline "${ASYNC[@]}"
 ceiling=$(openssl speed -multi 2 -seconds $DUR ecdsap256 2>/dev/null |
     awk '/sign\/s/ {getline; print $(NF-1)}')
 
@@ -249,11 +256,13 @@ echo
 echo "Machine: $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ); device: $SLOTS slots x ${LATENCY_US} us = $device ops/s"
 echo "Ceiling: openssl speed -multi 2 ecdsap256 = $ceiling sign/s"
 echo
-echo "| scenario | ops/s (ECDSA P-256; ping: pings) | vs device | keylessd CPU/op (us, no device thread) |"
-echo "|---|---:|---:|---:|"
+base=$(awk '$1 == "inline" {print $3}' "$WORK/table")
+echo "| scenario | ops/s (ECDSA P-256; ping: pings) | vs device | keylessd CPU/op (us, no device thread) | CPU/op vs inline |"
+echo "|---|---:|---:|---:|---:|"
 while read -r name ops cpu; do
-    printf '| %s | %s | %.2f | %s |\n' "$name" "$ops" \
-        "$(python3 -c "print($ops / $device)")" "$cpu"
+    printf '| %s | %s | %.2f | %s | %s |\n' "$name" "$ops" \
+        "$(python3 -c "print($ops / $device)")" "$cpu" \
+        "$([ -z "$base" ] && echo - || python3 -c "print(f'{$cpu / $base:.2f}')")"
 done <"$WORK/table"
 echo
 [ -z "$fault_ops" ] || echo "Faults: $fault_ops operations, $fault_err errors (device errors and lost operations); before / after the first half / after the second: fds $f0 / $f1 / $f2, RSS $r0 / $r1 / $r2 KiB, async jobs in progress $j0 / $j1 / $j2"
