@@ -541,6 +541,70 @@ static void *device_main(void *arg)
     return NULL;
 }
 
+/* Operation records come from the calling thread's cache, as a card's
+ * driver fills entries of a request ring it allocated once: a malloc and
+ * free per operation (a record of ~400 bytes, freed after hundreds of
+ * others) cost the caller ~0.3 us in the allocator. Records for
+ * signatures of up to OP_CACHED_SIG bytes are cached, at most
+ * OP_CACHE_MAX per thread. */
+#define OP_CACHED_SIG 512
+#define OP_CACHE_MAX 4096
+typedef struct op_cache {
+    acc_op *head; /* linked through next */
+    unsigned n;
+} op_cache;
+static pthread_key_t op_cache_key;
+
+static void op_cache_free(void *p)
+{
+    op_cache *c = p;
+    while (c->head) {
+        acc_op *op = c->head;
+        c->head = op->next;
+        free(op);
+    }
+    free(c);
+}
+
+static acc_op *op_new(size_t cap)
+{
+    op_cache *c =
+        cap <= OP_CACHED_SIG ? pthread_getspecific(op_cache_key) : NULL;
+    acc_op *op = c ? c->head : NULL;
+    if (op) {
+        c->head = op->next;
+        c->n--;
+        memset(op, 0, sizeof *op);
+    } else {
+        op = calloc(1,
+                    sizeof *op + (cap <= OP_CACHED_SIG ? OP_CACHED_SIG : cap));
+    }
+    return op;
+}
+
+/* Wipes what op carried and keeps it for the thread's next operation. */
+static void op_done(acc_op *op)
+{
+    OPENSSL_cleanse(op->req.tbs, op->req.tbslen);
+    OPENSSL_cleanse(op->sig, op->siglen);
+    op_cache *c = NULL;
+    if (op->sigcap <= OP_CACHED_SIG) {
+        c = pthread_getspecific(op_cache_key);
+        if (!c && (c = calloc(1, sizeof *c)) != NULL &&
+            pthread_setspecific(op_cache_key, c) != 0) {
+            free(c);
+            c = NULL;
+        }
+    }
+    if (!c || c->n >= OP_CACHE_MAX) {
+        free(op);
+        return;
+    }
+    op->next = c->head;
+    c->head = op;
+    c->n++;
+}
+
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned users; /* provider instances loaded */
 static bool device_running;
@@ -548,6 +612,7 @@ static bool device_running;
 static void init_wake(void)
 {
     (void)pthread_key_create(&inline_memo_key, free);
+    (void)pthread_key_create(&op_cache_key, op_cache_free);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -779,7 +844,7 @@ size_t acc_dev_sign(const acc_req *req, uint8_t *sig, size_t cap)
     unsigned im = atomic_load_explicit(&inline_mode, memory_order_relaxed);
     if (im)
         return sign_inline(req, sig, cap, im & INLINE_MEMO);
-    acc_op *op = calloc(1, sizeof *op + cap);
+    acc_op *op = op_new(cap);
     if (!op)
         return 0;
     op->req = *req;
@@ -803,7 +868,7 @@ size_t acc_dev_sign(const acc_req *req, uint8_t *sig, size_t cap)
         now = now_ns(); /* the device's time counts from the submission */
     if (!submit(op, now)) {
         pthread_mutex_unlock(&mu);
-        free(op);
+        op_done(op);
         return acc_soft_sign(req, sig, cap);
     }
     await(op);
@@ -816,9 +881,6 @@ size_t acc_dev_sign(const acc_req *req, uint8_t *sig, size_t cap)
         (void)!read(op->efd, &v, sizeof v);
     size_t n = op->siglen <= cap ? op->siglen : 0;
     memcpy(sig, op->sig, n);
-    /* what the operation carried, not the whole record */
-    OPENSSL_cleanse(op->req.tbs, op->req.tbslen);
-    OPENSSL_cleanse(op->sig, op->siglen);
-    free(op);
+    op_done(op);
     return n;
 }
