@@ -20,6 +20,11 @@
 #              nothing, with ping's pattern (512 in flight, each held 8 ms
 #              by the client) - the sign request's non-crypto part at that
 #              rate, which `async` is judged against
+#   pairs      async and inline alternated PAIRS times (default 9) in one
+#              keylessd, the control file switching the device: the
+#              median of the rounds' ratios is the comparison that
+#              survives a shared machine (either row alone moves by 30%
+#              from one minute to the next)
 #   faults     1,000,000 operations with device errors and lost operations
 #              mixed in: descriptors, RSS and operations in progress before
 #              and after
@@ -45,9 +50,10 @@ POLL_US=${POLL_US:-100}
 LATENCY_US=${LATENCY_US:-1000}
 DUR=${DUR:-5}
 REPS=${REPS:-3}
+PAIRS=${PAIRS:-9}
 FAULT_OPS=1000000
 if [ "${1:-}" = --smoke ]; then
-    DUR=1; REPS=1; FAULT_OPS=20000
+    DUR=1; REPS=1; PAIRS=1; FAULT_OPS=20000
 fi
 for b in "$KEYLESSD" "$BENCH" "$ACCEL"; do
     [ -e "$b" ] || { echo "accel.sh: $b missing: build first (make)" >&2; exit 1; }
@@ -186,6 +192,35 @@ scenario software
 RUN_FLAGS="-op ping -pause 8ms" scenario ping
 ctl "${DEV[@]}" "inline=1"
 RUN_FLAGS="-pause 8ms" scenario inline "${ASYNC[@]}"
+run_pairs() {
+    start "${ASYNC[@]}"
+    : >"$WORK/pairs"
+    for r in $(seq "$PAIRS"); do
+        ctl "${DEV[@]}"
+        local a b
+        a=$(RUN_FLAGS= run_once)
+        ctl "${DEV[@]}" "inline=1"
+        b=$(RUN_FLAGS="-pause 8ms" run_once)
+        echo "$a $b" >>"$WORK/pairs"
+        log "pair $r: async $a, inline $b"
+    done
+    stop
+    pairs=$(python3 - "$WORK/pairs" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
+a = [r[1] for r in rows]; b = [r[3] for r in rows]
+q = sorted(x / y for x, y in zip(a, b))
+print(f"{len(rows)} rounds: async {statistics.median(a):.2f} us, inline "
+      f"{statistics.median(b):.2f} us per operation (medians); ratio per "
+      f"round {statistics.median(q):.2f} (median; {q[0]:.2f}-{q[-1]:.2f}); "
+      f"async ops/s {statistics.median(r[0] for r in rows):.0f}")
+PY
+)
+}
+pairs=
+if wanted pairs; then
+    run_pairs
+fi
 ceiling=$(openssl speed -multi 2 -seconds $DUR ecdsap256 2>/dev/null |
     awk '/sign\/s/ {getline; print $(NF-1)}')
 
@@ -265,4 +300,5 @@ while read -r name ops cpu; do
         "$([ -z "$base" ] && echo - || python3 -c "print(f'{$cpu / $base:.2f}')")"
 done <"$WORK/table"
 echo
+[ -z "$pairs" ] || echo "Pairs (async vs inline alternated in one keylessd): $pairs"
 [ -z "$fault_ops" ] || echo "Faults: $fault_ops operations, $fault_err errors (device errors and lost operations); before / after the first half / after the second: fds $f0 / $f1 / $f2, RSS $r0 / $r1 / $r2 KiB, async jobs in progress $j0 / $j1 / $j2"
