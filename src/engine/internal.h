@@ -129,6 +129,7 @@ typedef struct kl_srv_job {
     uint64_t queued_ns;
     const char *request_id; /* NULL or points into data */
     size_t held;            /* its size, counted in shard->budget.held */
+    size_t alloc;           /* bytes allocated (kl_shard_job_new) */
     uint8_t data[];
 } kl_srv_job;
 
@@ -234,6 +235,16 @@ typedef struct kl_shard_budget {
     size_t held;
 } kl_shard_budget;
 
+/* Request records freed on this shard, kept for its next requests
+ * (kl_shard_job_new): with hundreds of requests waiting on a device, each
+ * freed long after it was made, the allocator's per-thread cache
+ * overflows and every malloc and free walks its bins. Records of
+ * KL_JOB_RECORD bytes, linked through job.next, at most KL_JOB_RECORDS. */
+typedef struct kl_shard_records {
+    kl_srv_job *free;
+    unsigned n;
+} kl_shard_records;
+
 struct kl_shard {
     kl_server *srv;
     int index;
@@ -246,6 +257,7 @@ struct kl_shard {
     kl_shard_obs obs;
     kl_shard_logs logs;
     kl_shard_budget budget;
+    kl_shard_records records;
     /* operations of providers that pause ASYNC jobs (asyncjobs.c); NULL
      * until the first one */
     struct kl_shard_async *async;
@@ -469,6 +481,10 @@ void kl_shard_routed_flush(void *srv);
 /* On the shard: a crypto job came back (or ran inline): answer it, drop
  * its pin, free it. */
 void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj);
+/* A request record of size bytes (uninitialised), on the shard's thread;
+ * NULL: out of memory. kl_shard_job_free gives it back. */
+kl_srv_job *kl_shard_job_new(kl_shard *s, size_t size);
+void kl_shard_job_free(kl_shard *s, kl_srv_job *sj);
 
 /* asyncjobs.c: runs j (a key of a provider that pauses ASYNC jobs,
  * kl_crypto_is_async) on this shard. KL_ASYNC_DONE: finished, as if

@@ -159,7 +159,7 @@ static kl_status submit(kl_conn *c, const kl_request *req, const kl_key *key,
     const char *rid = ctx && ctx->request_id[0] ? ctx->request_id : NULL;
     size_t plen = req->payload.len, outcap = kl_crypto_max_output(key);
     size_t ridlen = rid ? strlen(rid) + 1 : 0;
-    kl_srv_job *j = malloc(sizeof *j + plen + outcap + ridlen);
+    kl_srv_job *j = kl_shard_job_new(s, sizeof *j + plen + outcap + ridlen);
     if (!j) {
         answer_error(c, id, KL_E_INTERNAL, rid, "out of memory");
         return KL_E_INTERNAL;
@@ -212,7 +212,7 @@ static kl_status submit(kl_conn *c, const kl_request *req, const kl_key *key,
         now + kl_pool_wait_estimate(srv->o.pool, kl_crypto_cost_class(key)) >
             deadline) {
         kl_pin_put(s, j->pin);
-        free(j);
+        kl_shard_job_free(s, j);
         KL_COUNT(s->st.shed);
         kl_metrics_shed(s->obs.mx, KL_SHED_DEADLINE);
         answer_error(c, id, KL_E_INTERNAL, rid,
@@ -256,7 +256,7 @@ static kl_status submit(kl_conn *c, const kl_request *req, const kl_key *key,
         atomic_fetch_sub(&srv->inflight, 1);
         kl_shard_held_release(s, j->held);
         kl_pin_put(s, j->pin);
-        free(j);
+        kl_shard_job_free(s, j);
         KL_COUNT(s->st.shed);
         kl_metrics_shed(s->obs.mx, KL_SHED_QUEUE_FULL);
         answer_error(c, id, KL_E_INTERNAL, rid, "work queue full");
