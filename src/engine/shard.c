@@ -142,8 +142,11 @@ kl_srv_job *kl_shard_job_new(kl_shard *s, size_t size)
         s->records.n--;
         return sj;
     }
-    size_t alloc =
-        size <= KL_JOB_RECORD && KL_JOB_RECORDS ? KL_JOB_RECORD : size;
+    size_t alloc = size;
+#if KL_JOB_RECORDS
+    if (size <= KL_JOB_RECORD)
+        alloc = KL_JOB_RECORD; /* to be kept when freed */
+#endif
     sj = malloc(alloc);
     if (sj)
         sj->alloc = alloc;
@@ -152,13 +155,17 @@ kl_srv_job *kl_shard_job_new(kl_shard *s, size_t size)
 
 void kl_shard_job_free(kl_shard *s, kl_srv_job *sj)
 {
-    if (sj->alloc != KL_JOB_RECORD || s->records.n >= KL_JOB_RECORDS) {
-        free(sj);
+#if KL_JOB_RECORDS
+    if (sj->alloc == KL_JOB_RECORD && s->records.n < KL_JOB_RECORDS) {
+        sj->job.next = (kl_job *)s->records.free;
+        s->records.free = sj;
+        s->records.n++;
         return;
     }
-    sj->job.next = (kl_job *)s->records.free;
-    s->records.free = sj;
-    s->records.n++;
+#else
+    (void)s;
+#endif
+    free(sj);
 }
 
 static void free_records(kl_shard *s)
