@@ -65,7 +65,8 @@ static void on_done(kl_job *j)
         start((op *)j);
 }
 
-static void start(op *o)
+/* An ECDSA P-256 signature of o's digest, answered to on_done. */
+static void prepare(op *o)
 {
     memset(&o->job, 0, sizeof o->job);
     o->job.key = ec_key;
@@ -75,6 +76,11 @@ static void start(op *o)
     o->job.out = o->sig;
     o->job.out_cap = sizeof o->sig;
     o->job.done = on_done;
+}
+
+static void start(op *o)
+{
+    prepare(o);
     if (kl_async_start(async, &o->job) != KL_ASYNC_PAUSED) {
         fprintf(stderr, "async_bench: an operation did not pause\n");
         exit(1);
@@ -220,13 +226,7 @@ static double run_inline(const char *ctl)
         }
         op *x = &ops[i % 64];
         memset(x->dgst, (int)(i % 64), sizeof x->dgst);
-        memset(&x->job, 0, sizeof x->job);
-        x->job.key = ec_key;
-        x->job.opcode = KL_OP_ECDSA_SIGN_SHA256;
-        x->job.in = x->dgst;
-        x->job.in_len = sizeof x->dgst;
-        x->job.out = x->sig;
-        x->job.out_cap = sizeof x->sig;
+        prepare(x);
         if (kl_async_start(async, &x->job) != KL_ASYNC_DONE ||
             x->job.err != KL_OK) {
             fprintf(stderr, "async_bench: an inline operation paused or "
