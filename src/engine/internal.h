@@ -239,7 +239,20 @@ typedef struct kl_shard_budget {
  * (kl_shard_job_new): with hundreds of requests waiting on a device, each
  * freed long after it was made, the allocator's per-thread cache
  * overflows and every malloc and free walks its bins. Records of
- * KL_JOB_RECORD bytes, linked through job.next, at most KL_JOB_RECORDS. */
+ * KL_JOB_RECORD bytes (a P-256 or RSA-2048 request with a request ID
+ * fits), linked through job.next, at most KL_JOB_RECORDS (1 MiB). None
+ * under AddressSanitizer, which must see a record used after its free. */
+#define KL_JOB_RECORD 1024
+#if defined(__SANITIZE_ADDRESS__)
+#define KL_JOB_RECORDS 0u
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KL_JOB_RECORDS 0u
+#endif
+#endif
+#ifndef KL_JOB_RECORDS
+#define KL_JOB_RECORDS 1024u
+#endif
 typedef struct kl_shard_records {
     kl_srv_job *free;
     unsigned n;
@@ -485,6 +498,8 @@ void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj);
  * NULL: out of memory. kl_shard_job_free gives it back. */
 kl_srv_job *kl_shard_job_new(kl_shard *s, size_t size);
 void kl_shard_job_free(kl_shard *s, kl_srv_job *sj);
+/* Frees the records kept (kl_shard_destroy). */
+void kl_shard_records_free(kl_shard *s);
 
 /* asyncjobs.c: runs j (a key of a provider that pauses ASYNC jobs,
  * kl_crypto_is_async) on this shard. KL_ASYNC_DONE: finished, as if

@@ -118,21 +118,6 @@ void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj)
     kl_shard_job_free(s, sj);
 }
 
-/* Records of this size are kept (a P-256 or RSA-2048 request with a
- * request ID fits); at most this many per shard (1 MiB). Not with
- * AddressSanitizer, which must see a record used after its free. */
-#define KL_JOB_RECORD 1024
-#if defined(__SANITIZE_ADDRESS__)
-#define KL_JOB_RECORDS 0u
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KL_JOB_RECORDS 0u
-#endif
-#endif
-#ifndef KL_JOB_RECORDS
-#define KL_JOB_RECORDS 1024u
-#endif
-
 kl_srv_job *kl_shard_job_new(kl_shard *s, size_t size)
 {
     kl_srv_job *sj = NULL;
@@ -168,7 +153,7 @@ void kl_shard_job_free(kl_shard *s, kl_srv_job *sj)
     free(sj);
 }
 
-static void free_records(kl_shard *s)
+void kl_shard_records_free(kl_shard *s)
 {
     while (s->records.free) {
         kl_srv_job *sj = s->records.free;
@@ -537,7 +522,7 @@ void kl_shard_destroy(kl_shard *s)
         kl_pin_put(s, sj->pin);
         kl_shard_job_free(s, sj);
     }
-    free_records(s);
+    kl_shard_records_free(s);
     while (s->conns.live)
         kl_conn_close(s->conns.live);
     while (s->conns.closed) {
