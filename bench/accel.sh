@@ -25,7 +25,7 @@
 #              median of the rounds' ratios is the comparison that
 #              survives a shared machine (either row alone moves by 30%
 #              from one minute to the next)
-#   faults     1,000,000 operations with device errors and lost operations
+#   faults     FAULT_OPS (default 1,000,000) operations with device errors and lost operations
 #              mixed in: descriptors, RSS and operations in progress before
 #              and after
 #
@@ -51,7 +51,7 @@ LATENCY_US=${LATENCY_US:-1000}
 DUR=${DUR:-5}
 REPS=${REPS:-3}
 PAIRS=${PAIRS:-9}
-FAULT_OPS=1000000
+FAULT_OPS=${FAULT_OPS:-1000000}
 if [ "${1:-}" = --smoke ]; then
     DUR=1; REPS=1; PAIRS=1; FAULT_OPS=20000
 fi
