@@ -120,9 +120,8 @@ void kl_shard_finish_job(kl_shard *s, kl_srv_job *sj)
 
 kl_srv_job *kl_shard_job_new(kl_shard *s, size_t size)
 {
-    kl_srv_job *sj = NULL;
-    if (size <= KL_JOB_RECORD && s->records.free) {
-        sj = s->records.free;
+    kl_srv_job *sj = s->records.free;
+    if (sj && size <= KL_JOB_RECORD) {
         s->records.free = (kl_srv_job *)sj->job.next;
         s->records.n--;
         return sj;
@@ -132,8 +131,7 @@ kl_srv_job *kl_shard_job_new(kl_shard *s, size_t size)
     if (size <= KL_JOB_RECORD)
         alloc = KL_JOB_RECORD; /* to be kept when freed */
 #endif
-    sj = malloc(alloc);
-    if (sj)
+    if ((sj = malloc(alloc)) != NULL)
         sj->alloc = alloc;
     return sj;
 }

@@ -541,6 +541,20 @@ static void *device_main(void *arg)
     return NULL;
 }
 
+/* The calling thread's block under key, made (zeroed, size bytes) on its
+ * first use and freed by the key's destructor at the thread's exit; NULL:
+ * out of memory. */
+static void *thread_block(pthread_key_t key, size_t size)
+{
+    void *b = pthread_getspecific(key);
+    if (!b && (b = calloc(1, size)) != NULL &&
+        pthread_setspecific(key, b) != 0) {
+        free(b);
+        b = NULL;
+    }
+    return b;
+}
+
 /* Operation records come from the calling thread's cache, as a card's
  * driver fills entries of a request ring it allocated once: a malloc and
  * free per operation (a record of ~400 bytes, freed after hundreds of
@@ -587,15 +601,9 @@ static void op_done(acc_op *op)
 {
     OPENSSL_cleanse(op->req.tbs, op->req.tbslen);
     OPENSSL_cleanse(op->sig, op->siglen);
-    op_cache *c = NULL;
-    if (op->sigcap <= OP_CACHED_SIG) {
-        c = pthread_getspecific(op_cache_key);
-        if (!c && (c = calloc(1, sizeof *c)) != NULL &&
-            pthread_setspecific(op_cache_key, c) != 0) {
-            free(c);
-            c = NULL;
-        }
-    }
+    op_cache *c = op->sigcap <= OP_CACHED_SIG
+                      ? thread_block(op_cache_key, sizeof *c)
+                      : NULL;
     if (!c || c->n >= OP_CACHE_MAX) {
         free(op);
         return;
@@ -815,15 +823,9 @@ static size_t sign_inline(const acc_req *req, uint8_t *sig, size_t cap,
                           bool use_memo)
 {
     atomic_fetch_add_explicit(&inlined, 1, memory_order_relaxed);
-    memo_entry *table = NULL;
-    if (use_memo) {
-        table = pthread_getspecific(inline_memo_key);
-        if (!table && (table = calloc(MEMO_SIZE, sizeof *table)) != NULL &&
-            pthread_setspecific(inline_memo_key, table) != 0) {
-            free(table);
-            table = NULL;
-        }
-    }
+    memo_entry *table =
+        use_memo ? thread_block(inline_memo_key, MEMO_SIZE * sizeof *table)
+                 : NULL;
     size_t n = table ? memo_get(table, req, sig, cap) : 0;
     if (n) {
         atomic_fetch_add_explicit(&inline_memo_hits, 1, memory_order_relaxed);
